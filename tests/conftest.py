@@ -1,0 +1,35 @@
+"""Shared test configuration: hypothesis profiles and an isolated-registry fixture.
+
+Profiles: ``ci`` (derandomized, small; selected when CI is set), ``dev`` (default), ``nightly`` (large).
+Select with ``HYPOTHESIS_PROFILE=nightly``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import effects
+
+settings.register_profile("ci", max_examples=60, derandomize=True, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("nightly", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture
+def registry() -> effects.Registry:
+    """A fresh, isolated registry (schema defaults, opaque fallback)."""
+    return effects.Registry()
+
+
+@pytest.fixture(autouse=True)
+def _default_registry_unchanged():
+    """Fail any test that leaks declarations into the process-wide registry."""
+    before = effects.default_registry().snapshot()
+    yield
+    assert effects.default_registry().snapshot() == before, "test leaked declarations into default_registry()"
