@@ -8,6 +8,9 @@ PyTorch already writes down what its ops do to memory, in the alias annotations 
 * ``Tensor(a!)[] self`` — every tensor of a list operand is written (``_foreach_add_``).
 * ``-> Tensor(a)`` / ``-> Tensor(a)[]`` — the output is a **view** of the operand annotated ``(a)``. A few ops
   (``reshape``, ``flatten``, ``contiguous``, ``to``, ...) view *only sometimes*; they are marked *may alias*.
+* ``-> Tensor(b|a)`` — the output *may* be a view of ``(a)`` (``as_tensor``, ``to``): a may-alias.
+* a write the model cannot name — on a non-tensor operand (``Generator(a!)``, ``Dict(...)(a!)``) — makes the
+  derived effects :data:`~effects.model.OPAQUE`: such ops are never silently pure.
 * every tensor operand is **read** (a blind-write destination is not);
 * the tag ``nondeterministic_seeded`` adds an ordered effect on the RNG resource ``rng[default]`` (the device is
   not known from a schema; using one key for all devices over-orders, never under-orders).
@@ -24,6 +27,7 @@ from collections.abc import Hashable
 from functools import lru_cache
 
 from .model import (
+    OPAQUE,
     Access,
     Alias,
     Effects,
@@ -52,7 +56,9 @@ BLIND_WRITERS = frozenset(
 MAY_VIEW = frozenset({"reshape", "reshape_as", "flatten", "unflatten", "contiguous", "to", "type_as"})
 """Ops whose output is a view of the input only in some cases (may alias)."""
 
-_ANNOTATION = re.compile(r"Tensor\??\(([a-z0-9]+)(!?)")
+_ANNOTATION = re.compile(r"Tensor\??(?:\[\])?\(([a-z0-9|]+)")
+"""A return's alias sets: ``Tensor(a)``, ``Tensor(a!)``, ``Tensor(b|a)`` (may be either), ``Tensor(a)[]``,
+``Tensor[](a!)``."""
 
 
 def _annotation(arg: object) -> tuple[str | None, bool]:
@@ -64,9 +70,9 @@ def _annotation(arg: object) -> tuple[str | None, bool]:
     return (sets[0] if sets else None), bool(info.is_write)
 
 
-def _return_annotations(schema: object) -> list[str | None]:
-    """Alias set of each return. ``torch._C`` drops the element annotation of list returns (``Tensor(a)[]``),
-    so read the printed returns (the text after the top-level ``->``)."""
+def _return_annotations(schema: object) -> list[tuple[str, ...]]:
+    """Alias sets of each return (empty: no alias). ``torch._C`` drops the element annotation of list returns
+    (``Tensor(a)[]``), so read the printed returns (the text after the top-level ``->``)."""
     text = str(schema)
     depth, arrow = 0, -1
     for i, ch in enumerate(text):
@@ -84,16 +90,19 @@ def _return_annotations(schema: object) -> list[str | None]:
             start = i + 1
     parts.append(returns[start:])
     found = [_ANNOTATION.match(p.strip()) for p in parts if p.strip()]
-    return [m.group(1) if m else None for m in found]
+    return [tuple(m.group(1).split("|")) if m else () for m in found]
 
 
 def _kind(type_: object) -> ParamKind:
-    text = str(type_)
-    if text in ("Tensor", "Optional[Tensor]"):
-        return ParamKind.TENSOR
-    if text in ("List[Tensor]", "List[Optional[Tensor]]", "Optional[List[Tensor]]"):
-        return ParamKind.TENSOR_LIST
-    return ParamKind.OTHER
+    """Tensor (``Tensor``, ``Tensor?``) or tensor list (any ``Optional``/``List`` nesting: ``Tensor?[]?``,
+    ``Tensor[][]``), read from the JIT type object."""
+    is_list = False
+    while type_.kind() in ("OptionalType", "ListType"):  # type: ignore[attr-defined]
+        is_list = is_list or type_.kind() == "ListType"  # type: ignore[attr-defined]
+        type_ = type_.getElementType()  # type: ignore[attr-defined]
+    if type_.kind() != "TensorType":  # type: ignore[attr-defined]
+        return ParamKind.OTHER
+    return ParamKind.TENSOR_LIST if is_list else ParamKind.TENSOR
 
 
 def _base_name(schema_name: str) -> str:
@@ -112,12 +121,14 @@ def from_schema(schema: object) -> tuple[Effects, Signature]:
     params = []
     operands = []
     alias_sets: dict[str, int] = {}
+    writes_non_tensor = False
     for i, arg in enumerate(schema.arguments):  # type: ignore[attr-defined]
         kind = _kind(arg.type)
         params.append(Param(arg.name, kind))
-        if not kind.is_tensor:
-            continue
         alias_set, is_write = _annotation(arg)
+        if not kind.is_tensor:
+            writes_non_tensor = writes_non_tensor or is_write
+            continue
         if alias_set is not None:
             alias_sets.setdefault(alias_set, i)
         if is_write:
@@ -127,15 +138,18 @@ def from_schema(schema: object) -> tuple[Effects, Signature]:
             operands.append(OperandEffect(i, Access.READ, arg.name))
     aliases = set()
     returns = _return_annotations(schema)
-    for j, alias_set in enumerate(returns):
-        if alias_set is not None and alias_set in alias_sets:
-            aliases.add(Alias(j, alias_sets[alias_set], may=name in MAY_VIEW))
+    for j, sets in enumerate(returns):
+        may = name in MAY_VIEW or len(sets) > 1  # Tensor(b|a): a fresh tensor or a view of a
+        aliases.update(Alias(j, alias_sets[s], may=may) for s in sets if s in alias_sets)
     resources = set()
     tags = getattr(schema, "_tags", None)
     if tags is not None and "nondeterministic_seeded" in tags:
         resources.add(ResourceEffect(RNG_DEFAULT, ordered=True))
+    signature = Signature(tuple(params), len(returns))
+    if writes_non_tensor:  # Generator(a!), Dict(...)(a!), t[](a!): a write the model cannot name; never pure
+        return OPAQUE, signature
     effects = Effects(tuple(operands), frozenset(aliases), frozenset(resources))
-    return effects, Signature(tuple(params), len(returns))
+    return effects, signature
 
 
 @lru_cache(maxsize=None)
