@@ -321,9 +321,15 @@ class Effects:
                     f"not a tensor ({param.kind.value}). Only tensors can be viewed."
                 )
             if alias.output < 0 or (signature.num_outputs is not None and alias.output >= signature.num_outputs):
+                if signature.num_outputs is None:
+                    valid = "output indices are >= 0"
+                elif signature.num_outputs == 0:
+                    valid = "the op returns nothing, so remove the alias"
+                else:
+                    valid = f"the op has {signature.num_outputs} output(s): 0..{signature.num_outputs - 1}"
                 raise MissingOutputError(
-                    f"{op}: declares output {alias.output} a view of operand {pos} ({param.name!r}), but the op "
-                    f"has {signature.num_outputs} output(s) (valid: 0..{(signature.num_outputs or 1) - 1})."
+                    f"{op}: declares output {alias.output} a view of operand {pos} ({param.name!r}), but "
+                    f"{valid}."
                 )
         return Effects(tuple(named), self.aliases, self.resources)
 
