@@ -1,0 +1,401 @@
+"""Partitioning a program into fusible regions that respect every dependency edge.
+
+:func:`partition` groups instructions into :class:`Region` s and returns them in an execution order such that
+
+(a) contracting every region to one node leaves the dependency graph acyclic,
+(b) every edge of the graph is respected (inside a region members keep their original relative order; between
+    regions the order of the :class:`Partitioning` is a topological order of the contracted graph), and
+(c) each region carries its composed external effects, so it is itself an op with declared effects and
+    partitioning the fused program again stays correct (see :func:`region_effects`).
+
+Fusibility is a per-instruction predicate ``fusible(inst)`` plus an optional pair predicate
+``can_fuse(producer, consumer)`` that must hold for **every dependency edge** (of any kind) that would become
+internal to a region. Unfusible instructions are singleton regions.
+
+Strategies:
+
+* ``"consecutive"`` never reorders: a region is a maximal run of adjacent fusible instructions. O(n + e).
+* ``"dataflow"`` merges non-adjacent instructions when legal, by *level-based merging* in program order. Every
+  region ``R`` has a level with the invariant ``level(S) < level(T)`` for every contracted edge ``S -> T``, and
+  ``min_succ(R)``, a lower bound of its successors' levels. Instruction ``i`` may join a candidate region ``R``
+  (the fusible regions of its predecessors, highest level first, then the most recently used fusible region:
+  horizontal fusion) if ``new = max(level(R), 1 + max level of i's other predecessor regions) < min_succ(R)``;
+  ``R`` is then raised to ``new``. This is sound: a path ``R -> ... -> S`` to a predecessor region ``S`` of
+  ``i`` would give ``level(S) >= min_succ(R)``, so ``new > min_succ(R)`` and the merge is refused, hence no merge
+  closes a cycle; raising ``R`` keeps the invariant because ``new`` stays below every successor's level. Regions
+  are emitted sorted by (level, first member), a topological order of the contracted graph. Each instruction
+  costs O(its in-degree) (the two highest predecessor levels give every candidate's bound), so the whole
+  partition is O(n + e) plus an O(r log r) sort of the r regions; ``min_succ`` values only ever go stale
+  downwards, which can refuse a legal merge but never allow an illegal one. Compared to XLA-style GraphCycles
+  contraction (incremental topological order with bounded searches) it may miss some legal merges, in exchange
+  for a hard linear bound.
+
+Composition (:func:`region_effects`): a region's inputs are the values its members use but do not define (first
+use order), its outputs the values it defines that are used outside or returned. Its effects are the union of the
+members' effects remapped onto the inputs: accesses to an input keep their kind (several members merge), a write
+through a region-internal value that shares storage with inputs (a view made inside the region) becomes a
+read-write of those inputs, writes to storage that only exists inside the region are dropped, resources are kept,
+and an opaque member makes the region opaque. An output sharing storage with an input is declared a *may* view
+of it. Every input is read by the region unless its only accesses are pure writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .errors import CycleError, OrderViolation
+from .graph import DependencyGraph
+from .model import OPAQUE, Access, Alias, Effects, OperandEffect, ResourceEffect
+from .program import Const, Instruction, Program
+from .schedule import violation_message
+
+__all__ = ["Region", "Partitioning", "partition", "region_effects", "apply_partition", "check_partition"]
+
+Value = Hashable
+Strategy = Literal["consecutive", "dataflow"]
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """A group of instructions run as one op."""
+
+    members: tuple[int, ...]
+    """Instruction indices of the original program, increasing (their execution order inside the region)."""
+    effects: Effects
+    """Composed external effects; operand positions index :attr:`inputs`."""
+    inputs: tuple[Value, ...]
+    """Values used by members and defined outside the region, in order of first use."""
+    outputs: tuple[Value, ...]
+    """Values defined by members and used after the region or returned, in definition order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Partitioning:
+    """Regions in a valid execution order; every instruction is in exactly one region."""
+
+    regions: tuple[Region, ...]
+
+    def __len__(self) -> int:
+        return len(self.regions)
+
+    def region_of(self) -> list[int]:
+        """For every instruction, the position of its region in :attr:`regions`."""
+        owner = [-1] * sum(len(r.members) for r in self.regions)
+        for k, region in enumerate(self.regions):
+            for m in region.members:
+                owner[m] = k
+        return owner
+
+    def order(self) -> tuple[int, ...]:
+        """The instruction order this partitioning executes (regions in order, members in order)."""
+        return tuple(m for region in self.regions for m in region.members)
+
+
+# --- grouping ---------------------------------------------------------------------------------------------------
+def _consecutive(
+    insts: Sequence[Instruction],
+    fus: list[bool],
+    preds: list[list[int]],
+    can_fuse: Callable[[Instruction, Instruction], bool] | None,
+) -> list[list[int]]:
+    groups: list[list[int]] = []
+    owner = [-1] * len(insts)
+    open_group = False
+    for i, inst in enumerate(insts):
+        if fus[i] and open_group and (
+            can_fuse is None or all(can_fuse(insts[p], inst) for p in preds[i] if owner[p] == len(groups) - 1)
+        ):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+            open_group = fus[i]
+        owner[i] = len(groups) - 1
+    return groups
+
+
+def _dataflow(
+    insts: Sequence[Instruction],
+    fus: list[bool],
+    preds: list[list[int]],
+    can_fuse: Callable[[Instruction, Instruction], bool] | None,
+) -> list[list[int]]:
+    inf = len(insts) + 1  # above every level
+    owner = [-1] * len(insts)
+    members: list[list[int]] = []
+    level: list[int] = []
+    min_succ: list[int] = []
+    fusible_group: list[bool] = []
+    last_fusible = -1
+    for i, inst in enumerate(insts):
+        by_region: dict[int, list[int]] = {}
+        for p in preds[i]:
+            r = owner[p]
+            found = by_region.get(r)
+            if found is None:
+                by_region[r] = [p]
+            else:
+                found.append(p)
+        # the two highest predecessor-region levels give "max level of the other predecessor regions"
+        top_r, top_l, second_l = -1, -1, -1
+        for r in by_region:
+            lv = level[r]
+            if lv > top_l:
+                top_r, top_l, second_l = r, lv, top_l
+            elif lv > second_l:
+                second_l = lv
+        chosen = -1
+        if fus[i]:
+            candidates = sorted((r for r in by_region if fusible_group[r]), key=lambda r: (-level[r], -r))
+            if last_fusible >= 0 and last_fusible not in by_region:
+                candidates.append(last_fusible)
+            for r in candidates:
+                new_level = max(level[r], (second_l if r == top_r else top_l) + 1)
+                if new_level >= min_succ[r]:
+                    continue
+                if can_fuse is not None and not all(can_fuse(insts[p], inst) for p in by_region.get(r, ())):
+                    continue
+                chosen = r
+                level[r] = new_level
+                break
+        if chosen < 0:
+            chosen = len(members)
+            members.append([])
+            level.append(top_l + 1)
+            min_succ.append(inf)
+            fusible_group.append(fus[i])
+        members[chosen].append(i)
+        owner[i] = chosen
+        if fus[i]:
+            last_fusible = chosen
+        lv = level[chosen]
+        for r in by_region:
+            if r != chosen and lv < min_succ[r]:
+                min_succ[r] = lv
+    return [members[r] for r in sorted(range(len(members)), key=lambda r: (level[r], members[r][0]))]
+
+
+def partition(
+    graph: DependencyGraph,
+    fusible: Callable[[Instruction], bool],
+    *,
+    strategy: Strategy,
+    can_fuse: Callable[[Instruction, Instruction], bool] | None = None,
+) -> Partitioning:
+    """Group the instructions of ``graph.program`` into regions (see the module docstring).
+
+    Raises:
+        ValueError: ``strategy`` is not ``"consecutive"`` or ``"dataflow"``.
+    """
+    if strategy == "consecutive":
+        group = _consecutive
+    elif strategy == "dataflow":
+        group = _dataflow
+    else:
+        raise ValueError(f"partition(strategy={strategy!r}): use 'consecutive' (never reorders) or 'dataflow' "
+                         "(merges non-adjacent instructions when legal)")
+    insts = graph.program.instructions
+    fus = [bool(fusible(inst)) for inst in insts]
+    groups = group(insts, fus, graph.pred_lists(), can_fuse)
+    return Partitioning(tuple(_compose(graph, groups)))
+
+
+# --- composition --------------------------------------------------------------------------------------------------
+def _values(operand: object) -> tuple[Value, ...]:
+    if isinstance(operand, Const):
+        return ()
+    if isinstance(operand, tuple):
+        return tuple(v for v in operand if not isinstance(v, Const))
+    return (operand,)
+
+
+def _escaping(graph: DependencyGraph, owner: list[int]) -> set[Value]:
+    """Values used by an instruction of another region than their definer's, or returned."""
+    program = graph.program
+    def_of: dict[Value, int] = {}
+    escaping: set[Value] = set(program.returns)
+    for i, inst in enumerate(program.instructions):
+        mine = owner[i]
+        for operand in inst.inputs:
+            for v in _values(operand):
+                d = def_of.get(v)
+                if d is not None and owner[d] != mine:
+                    escaping.add(v)
+        for v in inst.outputs:
+            def_of[v] = i
+    return escaping
+
+
+def region_effects(
+    graph: DependencyGraph, members: Sequence[int], escaping: set[Value] | None = None
+) -> tuple[Effects, tuple[Value, ...], tuple[Value, ...]]:
+    """``(effects, inputs, outputs)`` of the region made of ``members`` (see the module docstring).
+
+    ``escaping`` (values used outside their definer's region) defaults to "used by a non-member or returned".
+    """
+    insts = graph.program.instructions
+    member_set = set(members)
+    defined: set[Value] = set()
+    for m in members:
+        defined.update(insts[m].outputs)
+    if escaping is None:
+        escaping = set(graph.program.returns)
+        for i, inst in enumerate(insts):
+            if i not in member_set:
+                escaping.update(v for operand in inst.inputs for v in _values(operand) if v in defined)
+
+    inputs: dict[Value, int] = {}
+    access: list[Access] = []
+    storage = graph.storage
+    internal_writes: set[int] = set()
+    opaque = False
+    resources: list[frozenset[ResourceEffect]] = []
+    for m in members:
+        eff = graph.effects(m)
+        opaque = opaque or eff.opaque
+        if eff.resources:
+            resources.append(eff.resources)
+        for pos, operand in enumerate(insts[m].inputs):
+            declared = eff.access(pos)
+            # every operand is read unless it is declared a pure write
+            acc = Access.READ if declared is None else declared if declared is Access.WRITE else declared | Access.READ
+            for v in _values(operand):
+                if v in defined:
+                    if acc.writes:
+                        internal_writes.add(storage.storage(v))
+                    continue
+                k = inputs.get(v)
+                if k is None:
+                    inputs[v] = len(access)
+                    access.append(acc)
+                else:
+                    access[k] |= acc
+    input_values = tuple(inputs)
+    outputs = tuple(v for m in members for v in insts[m].outputs if v in escaping)
+    if opaque:
+        return OPAQUE, input_values, outputs
+
+    inputs_by_class: dict[int, list[int]] = {}
+    for k, v in enumerate(input_values):
+        inputs_by_class.setdefault(storage.storage(v), []).append(k)
+    for c in internal_writes:
+        for k in inputs_by_class.get(c, ()):
+            access[k] = Access.READ_WRITE  # a write through a view made inside the region: partial, keeps the rest
+    aliases = frozenset(
+        Alias(j, k, may=True) for j, v in enumerate(outputs) for k in inputs_by_class.get(storage.storage(v), ())
+    )
+    effects = Effects(
+        operands=tuple(OperandEffect(k, a) for k, a in enumerate(access)),
+        aliases=aliases,
+        resources=frozenset().union(*resources),
+    )
+    return effects, input_values, outputs
+
+
+def _compose(graph: DependencyGraph, groups: list[list[int]]) -> list[Region]:
+    owner = [0] * graph.n
+    for k, group in enumerate(groups):
+        for m in group:
+            owner[m] = k
+    escaping = _escaping(graph, owner)
+    regions = []
+    for group in groups:
+        effects, inputs, outputs = region_effects(graph, group, escaping)
+        regions.append(Region(tuple(group), effects, inputs, outputs))
+    return regions
+
+
+# --- applying and checking ----------------------------------------------------------------------------------------
+def apply_partition(
+    program: Program,
+    partitioning: Partitioning,
+    *,
+    make_op: Callable[[Region], Hashable] | None = None,
+) -> Program:
+    """The program with every multi-member region replaced by one instruction, regions in partition order.
+
+    A fused instruction is ``outputs = make_op(region)(*inputs)`` (default op key ``("region", k)`` with ``k``
+    the region's position) with ``effects=region.effects`` and ``attrs={"members": (member instructions...)}``.
+    Singleton regions keep their original instruction.
+    """
+    insts = program.instructions
+    out: list[Instruction] = []
+    for k, region in enumerate(partitioning.regions):
+        if len(region.members) == 1:
+            out.append(insts[region.members[0]])
+            continue
+        op = ("region", k) if make_op is None else make_op(region)
+        out.append(Instruction(op, region.inputs, region.outputs, region.effects,
+                               attrs={"members": tuple(insts[m] for m in region.members)}))
+    return program.with_instructions(out)
+
+
+def _find_cycle(succ: list[list[int]]) -> list[int] | None:
+    """A cycle of the directed graph ``succ`` as a list of nodes, or ``None`` (iterative DFS)."""
+    state = [0] * len(succ)  # 0 new, 1 on stack, 2 done
+    for root in range(len(succ)):
+        if state[root]:
+            continue
+        stack = [(root, iter(succ[root]))]
+        state[root] = 1
+        path = [root]
+        while stack:
+            v, it = stack[-1]
+            for w in it:
+                if state[w] == 1:
+                    return path[path.index(w):]
+                if state[w] == 0:
+                    state[w] = 1
+                    stack.append((w, iter(succ[w])))
+                    path.append(w)
+                    break
+            else:
+                state[v] = 2
+                stack.pop()
+                path.pop()
+    return None
+
+
+def check_partition(graph: DependencyGraph, partitioning: Partitioning) -> None:
+    """Validate that every instruction is in exactly one region (members increasing) and that the region order
+    respects every edge, i.e. contraction leaves no cycle.
+
+    Raises:
+        OrderViolation: an instruction is missing or repeated, members are not increasing, or the region order
+            breaks an edge (naming the edge and both instructions).
+        CycleError: contracting the regions creates a cycle (the message lists the regions on it).
+    """
+    n = graph.n
+    owner = [-1] * n
+    for k, region in enumerate(partitioning.regions):
+        if list(region.members) != sorted(set(region.members)):
+            raise OrderViolation(f"region {k} members {region.members!r} must be distinct and increasing")
+        for m in region.members:
+            if not 0 <= m < n:
+                raise OrderViolation(f"region {k} lists {m!r}, which is not an instruction index (0..{n - 1})")
+            if owner[m] >= 0:
+                raise OrderViolation(f"instruction {m} is in regions {owner[m]} and {k}: {graph.label(m)}")
+            owner[m] = k
+    if -1 in owner:
+        m = owner.index(-1)
+        raise OrderViolation(f"instruction {m} is in no region: {graph.label(m)}")
+    src, dst, _, _ = graph.edge_lists()
+    broken = next((e for e, (a, b) in enumerate(zip(src, dst)) if b < n and owner[a] > owner[b]), None)
+    if broken is None:
+        return
+    succ: list[list[int]] = [[] for _ in partitioning.regions]
+    for a, b in zip(src, dst):
+        if b < n and owner[a] != owner[b]:
+            succ[owner[a]].append(owner[b])
+    cycle = _find_cycle(succ)
+    if cycle is not None:
+        listing = "\n".join(
+            f"  region {k}: members {partitioning.regions[k].members!r}, first {graph.label(partitioning.regions[k].members[0])}"
+            for k in cycle)
+        raise CycleError(f"contracting the regions creates a cycle through {len(cycle)} regions "
+                         f"(each depends on the previous one, the last on the first):\n{listing}\n"
+                         "Split one of these regions so that no dependency path leaves and re-enters it.")
+    edge = graph.edges[broken]
+    raise OrderViolation(violation_message(
+        graph, edge, f"the region order (region {owner[edge.src]} after region {owner[edge.dst]})"))
