@@ -8,10 +8,14 @@ The core is framework-neutral (standard library + torch for schemas) and never i
 * :mod:`effects.schema` — effects from torch ``FunctionSchema`` alias annotations.
 * :mod:`effects.program` — the neutral instruction/program type adapters map their IR to.
 * :mod:`effects.errors` — the exception hierarchy.
+* :mod:`effects.alias`, :mod:`effects.graph` — storage classes and the typed dependency graph (RAW/WAR/WAW/ORDER/...).
+* :mod:`effects.dce`, :mod:`effects.schedule`, :mod:`effects.partition`, :mod:`effects.verify` — passes on the graph.
 """
 
 from __future__ import annotations
 
+from .alias import StorageClasses
+from .dce import dce, live_instructions
 from .errors import (
     ConflictingDeclarationError,
     CycleError,
@@ -46,9 +50,13 @@ from .model import (
     make_effects,
     rng,
 )
+from .graph import HAZARD_RULES, DependencyGraph, Edge, EdgeKind
+from .partition import Partitioning, Region, apply_partition, check_partition, partition, region_effects
 from .program import Const, Instruction, Program
 from .registry import Declaration, Registration, Registry, Resolution, default_registry
+from .schedule import check_order, is_valid_order, random_order, reorder, toposort
 from .schema import derive, from_schema
+from .verify import verify
 
 __all__ = [
     # model
@@ -58,6 +66,10 @@ __all__ = [
     "Registry", "Registration", "Declaration", "Resolution", "default_registry", "from_schema", "derive",
     # programs
     "Const", "Instruction", "Program",
+    # dependency graph and passes
+    "StorageClasses", "EdgeKind", "Edge", "DependencyGraph", "HAZARD_RULES", "live_instructions", "dce",
+    "toposort", "check_order", "is_valid_order", "random_order", "reorder",
+    "Region", "Partitioning", "partition", "region_effects", "apply_partition", "check_partition", "verify",
     # errors
     "EffectError", "InvalidDeclaration", "UnknownOperandError", "OperandOutOfRangeError", "NonTensorWriteError",
     "MissingOutputError", "ConflictingDeclarationError", "UndeclaredOpError", "ProgramError",

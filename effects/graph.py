@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from .alias import StorageClasses
@@ -242,7 +242,7 @@ class DependencyGraph:
     """Typed dependency edges of a program. Build with :meth:`build`; immutable afterwards."""
 
     __slots__ = ("program", "n", "storage", "_effects", "_src", "_kind", "_cause", "_start", "_roots",
-                 "_succ", "_edges")
+                 "_dst", "_succ", "_edges")
 
     def __init__(
         self,
@@ -265,6 +265,7 @@ class DependencyGraph:
         """Edges into node ``v`` are ``start[v] .. start[v+1]-1`` (``len(start) == n + 2``)."""
         self._roots = roots
         """Per instruction: writes visible storage, has a resource effect, or is opaque (never dead)."""
+        self._dst: list[int] | None = None
         self._succ: list[list[int]] | None = None
         self._edges: tuple[Edge, ...] | None = None
 
@@ -392,21 +393,24 @@ class DependencyGraph:
     def __len__(self) -> int:
         return len(self._src)
 
-    def _dst_of(self) -> Iterator[int]:
-        start = self._start
-        for v in range(self.n + 1):
-            yield from (v,) * (start[v + 1] - start[v])
+    def _dst_list(self) -> list[int]:
+        if self._dst is None:
+            start, dst = self._start, []
+            for v in range(self.n + 1):
+                dst.extend((v,) * (start[v + 1] - start[v]))
+            self._dst = dst
+        return self._dst
 
     @property
     def edges(self) -> tuple[Edge, ...]:
         """All edges, grouped by destination in node order (created on first access, then cached)."""
         if self._edges is None:
-            self._edges = tuple(map(Edge, self._src, self._dst_of(), self._kind, self._cause))
+            self._edges = tuple(map(Edge, self._src, self._dst_list(), self._kind, self._cause))
         return self._edges
 
     def edge_lists(self) -> tuple[Sequence[int], Sequence[int], Sequence[EdgeKind], Sequence[object]]:
-        """``(src, dst, kind, cause)`` as parallel sequences (no Edge objects; for hot loops)."""
-        return self._src, list(self._dst_of()), self._kind, self._cause
+        """``(src, dst, kind, cause)`` as parallel read-only sequences (no Edge objects; for hot loops)."""
+        return self._src, self._dst_list(), self._kind, self._cause
 
     def pred_edge_range(self, v: int) -> range:
         """Indices (into :meth:`edge_lists`) of the edges into node ``v``."""
