@@ -10,10 +10,12 @@ The core is framework-neutral (standard library + torch for schemas) and never i
 * :mod:`effects.errors` — the exception hierarchy.
 * :mod:`effects.alias`, :mod:`effects.graph` — storage classes and the typed dependency graph (RAW/WAR/WAW/ORDER/...).
 * :mod:`effects.dce`, :mod:`effects.schedule`, :mod:`effects.partition`, :mod:`effects.verify` — passes on the graph.
+* :mod:`effects.check` — run an op on samples and report where it contradicts its declaration.
 """
 
 from __future__ import annotations
 
+from .check import CheckReport, Finding, Lie, Sample, check_op, checked_call
 from .alias import StorageClasses
 from .dce import dce, live_instructions
 from .errors import (
@@ -74,4 +76,6 @@ __all__ = [
     "EffectError", "InvalidDeclaration", "UnknownOperandError", "OperandOutOfRangeError", "NonTensorWriteError",
     "MissingOutputError", "ConflictingDeclarationError", "UndeclaredOpError", "ProgramError",
     "UndefinedValueError", "DuplicateDefinitionError", "CycleError", "OrderViolation", "EffectCheckError",
+    # truthfulness checks
+    "check_op", "checked_call", "CheckReport", "Finding", "Lie", "Sample",
 ]
