@@ -15,8 +15,8 @@ The core is framework-neutral (standard library + torch for schemas) and never i
 
 from __future__ import annotations
 
-from .check import CheckReport, Finding, Lie, Sample, check_op, checked_call
 from .alias import StorageClasses
+from .check import CheckReport, Finding, Lie, Sample, check_op, checked_call
 from .dce import dce, live_instructions
 from .errors import (
     ConflictingDeclarationError,
