@@ -189,3 +189,18 @@ def test_native_batch_norm_schema_hides_its_running_stat_writes() -> None:
     assert not torch.equal(running_mean, torch.zeros(3)), "the op does write running_mean"
     legit, legit_sig = derive(aten._native_batch_norm_legit.default)
     assert legit.access(legit_sig.position("running_mean")) is Access.READ_WRITE  # the honest sibling
+
+
+def test_union_alias_set_return_may_alias() -> None:
+    eff, _ = from_schema(torch._C.parse_schema("my::to(Tensor(a) self, bool copy=False) -> Tensor(b|a)"))
+    assert eff.aliases == {Alias(0, 0, may=True)}
+
+
+def test_list_return_annotated_after_the_brackets() -> None:
+    eff, _ = from_schema(torch._C.parse_schema("my::all_reduce_(Tensor[](a!) inputs, str op) -> Tensor[](a!)"))
+    assert eff.written == {0} and eff.aliases == {Alias(0, 0)}
+
+
+def test_optional_list_of_optional_tensors_is_a_tensor_operand() -> None:
+    eff, sig = from_schema(torch._C.parse_schema("my::grad(Tensor[] outputs, Tensor?[]? grads=None) -> ()"))
+    assert sig.params[1].kind is effects.ParamKind.TENSOR_LIST and eff.access(1) is Access.READ
