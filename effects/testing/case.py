@@ -1,0 +1,171 @@
+"""An executable test case: a :class:`~effects.program.Program` plus an :class:`InputSpec` that builds its inputs.
+
+A neutral program only names its inputs and says which may alias (``Program.input_aliases``); to *run* it the
+oracle needs real tensors with exactly that aliasing. :class:`InputSpec` describes them compactly: a few base
+tensors (shape + seed), and for each program input the base it comes from and a :class:`Recipe` (the base itself,
+the same tensor again, its transpose, a row, a column slice, a flat view). :meth:`InputSpec.materialize` builds
+fresh tensors and fresh seeded ``torch.Generator`` objects on every call, so every run starts from identical state.
+
+:func:`program_python` and :meth:`Case.to_python` print a case as a self-contained, runnable Python script.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..model import describe_key
+from ..program import Instruction, Program
+from .vocab import TensorMeta, format_operand, spec_for
+
+__all__ = ["Recipe", "InputBinding", "InputSpec", "RunInputs", "Case", "program_python"]
+
+
+class Recipe(enum.Enum):
+    """How a program input is made from its base tensor."""
+
+    BASE = "base"
+    """The base tensor itself; a second input with this recipe is the same tensor passed twice."""
+    T = "t"
+    ROW = "row"
+    COLUMNS = "columns"
+    FLAT = "flat"
+
+    def applies_to(self, shape: tuple[int, ...]) -> bool:
+        return self is Recipe.BASE or len(shape) == 2
+
+    def apply(self, base: torch.Tensor) -> torch.Tensor:
+        return _RECIPES[self][0](base)
+
+    def python(self, base: str) -> str:
+        return _RECIPES[self][1].format(base)
+
+    def meta(self, base: TensorMeta) -> TensorMeta:
+        """Generation metadata of the input made from a base with metadata ``base``."""
+        probe = self.apply(torch.empty(base.shape))
+        return TensorMeta(tuple(probe.shape), base.dtype, base.storage, base.writable, probe.is_contiguous())
+
+
+_RECIPES: dict[Recipe, tuple[Callable[[torch.Tensor], torch.Tensor], str]] = {
+    Recipe.BASE: (lambda t: t, "{}"),
+    Recipe.T: (lambda t: t.t(), "{}.t()"),
+    Recipe.ROW: (lambda t: t[-1], "{}[-1]"),
+    Recipe.COLUMNS: (lambda t: t[:, :2], "{}[:, :2]"),
+    Recipe.FLAT: (lambda t: t.view(-1), "{}.view(-1)"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class InputBinding:
+    """Program input ``name`` is ``recipe`` applied to base tensor number ``base``."""
+
+    name: str
+    base: int
+    recipe: Recipe
+
+
+@dataclass(frozen=True, slots=True)
+class RunInputs:
+    """Fresh input tensors (by program input name) and fresh generators (by name) for one run."""
+
+    tensors: Mapping[str, torch.Tensor]
+    generators: Mapping[str, torch.Generator]
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    """How to build a program's inputs: base tensors, the inputs made from them, and the RNG generators."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    """Shape of each base tensor (float32, standard normal values)."""
+    bindings: tuple[InputBinding, ...]
+    """One per program input, in program input order; the first binding of every base is ``Recipe.BASE``."""
+    generators: tuple[str, ...] = ()
+    seed: int = 0
+    """Base ``i`` is drawn with seed ``seed + i``; generator ``j`` is seeded with ``seed + 1000 + j``."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(b.name for b in self.bindings)
+
+    def alias_groups(self) -> tuple[frozenset[str], ...]:
+        """Inputs that share a base (the ``Program.input_aliases`` these inputs need)."""
+        groups: dict[int, set[str]] = {}
+        for b in self.bindings:
+            groups.setdefault(b.base, set()).add(b.name)
+        return tuple(frozenset(g) for g in groups.values() if len(g) > 1)
+
+    def materialize(self) -> RunInputs:
+        bases = [torch.randn(shape, generator=torch.Generator().manual_seed(self.seed + i))
+                 for i, shape in enumerate(self.shapes)]
+        tensors = {b.name: b.recipe.apply(bases[b.base]) for b in self.bindings}
+        gens = {g: torch.Generator().manual_seed(self.seed + 1000 + j) for j, g in enumerate(self.generators)}
+        return RunInputs(tensors, gens)
+
+    def to_python(self) -> str:
+        lines = []
+        first: dict[int, str] = {}
+        for b in self.bindings:
+            if b.base in first:
+                lines.append(f"{b.name} = {b.recipe.python(first[b.base])}")
+            else:
+                first[b.base] = b.name
+                gen = f"torch.Generator().manual_seed({self.seed + b.base})"
+                lines.append(f"{b.name} = torch.randn({self.shapes[b.base]!r}, generator={gen})")
+        lines += [f"{g} = torch.Generator().manual_seed({self.seed + 1000 + j})"
+                  for j, g in enumerate(self.generators)]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """A generated program together with the recipe for its inputs."""
+
+    program: Program
+    inputs: InputSpec
+
+    def to_python(self, *transformed: tuple[str, Program]) -> str:
+        """A runnable script: imports, inputs, the program, and any ``(name, program)`` transformations of it."""
+        defs = [program_python(self.program, name="program")]
+        defs += [program_python(p, name=n) for n, p in transformed]
+        head = "import torch\nfrom effects.testing.vocab import opaque_axpy_\n"
+        return "\n\n".join([head, self.inputs.to_python(), *defs]) + "\n"
+
+    def __str__(self) -> str:
+        return self.to_python()
+
+
+def _statement(inst: Instruction, names: Callable[[Hashable], str] = str) -> str:
+    args = [format_operand(o, names) for o in inst.inputs]
+    spec = spec_for(inst.op)
+    call = spec.python(args) if spec is not None else f"{describe_key(inst.op)}({', '.join(args)})"
+    outs = ", ".join(map(names, inst.outputs))
+    return f"{outs} = {call}" if outs else call
+
+
+def program_python(program: Program, *, name: str = "program") -> str:
+    """``program`` as a Python function; a fused region (``attrs["members"]``) is printed as its members."""
+    lines = [f"def {name}({', '.join(map(str, program.inputs))}):"]
+    if program.input_aliases:
+        groups = "; ".join("{" + ", ".join(sorted(map(str, g))) + "}" for g in program.input_aliases)
+        lines.append(f"    # inputs that alias: {groups}")
+    lines += _body(program.instructions, "    ")
+    returns = "".join(f"{v}, " for v in program.returns).rstrip(" ")
+    lines.append(f"    return ({returns})")
+    return "\n".join(lines)
+
+
+def _body(instructions: Sequence[Instruction], indent: str) -> list[str]:
+    lines = []
+    for inst in instructions:
+        members = inst.attrs.get("members")
+        if members is None:
+            lines.append(indent + _statement(inst))
+            continue
+        lines.append(f"{indent}# region {describe_key(inst.op)}: inputs {list(map(str, inst.input_values()))} "
+                     f"-> outputs {list(map(str, inst.outputs))}")
+        lines += _body(members, indent + "    ")
+    return lines
