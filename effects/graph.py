@@ -41,9 +41,11 @@ created only when :attr:`DependencyGraph.edges` or the query methods ask for the
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import gc
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 
 from .alias import StorageClasses
@@ -112,6 +114,19 @@ def resolve_effects(
     return resolved
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a pass allocates many small acyclic objects (edge tuples): its
+    repeated full scans would otherwise make the pass superlinear. Restores the previous state."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 # --- per-effects access plans (computed once per distinct Effects object) -------------------------------------
 @dataclass(frozen=True, slots=True)
 class _Plan:
@@ -144,13 +159,13 @@ def _plan(effects: Effects) -> _Plan:
 class _State:
     """Mutable state of one build. Rules only *emit* edges from it; the builder alone updates it."""
 
-    __slots__ = ("src", "kind", "cause", "last_write", "readers", "last_user", "last_barrier",
+    __slots__ = ("out", "emit", "last_write", "readers", "last_user", "last_barrier",
                  "since_barrier", "reps")
 
     def __init__(self, num_classes: int, reps: list[Value]) -> None:
-        self.src: list[int] = []
-        self.kind: list[EdgeKind] = []
-        self.cause: list[object] = []
+        self.out: list[tuple[int, EdgeKind, object]] = []
+        """Emitted edges ``(src, kind, cause)``; the destination is the node being processed."""
+        self.emit = self.out.append
         self.last_write: list[int] = [-1] * num_classes
         self.readers: list[list[int] | None] = [None] * num_classes
         self.last_user: dict[Resource, int] = {}
@@ -158,77 +173,79 @@ class _State:
         self.since_barrier: list[int] = []
         self.reps = reps
 
-    def edge(self, src: int, kind: EdgeKind, cause: object) -> None:
-        self.src.append(src)
-        self.kind.append(kind)
-        self.cause.append(cause)
-
 
 # --- hazard rules (each emits the edges into instruction i of one kind) ---------------------------------------
 def _data_edges(st: _State, i: int, defs: list[tuple[int, Value]]) -> None:
     """DATA: the definer of every operand value -> its user (``defs`` holds distinct definers)."""
+    emit = st.emit
     for d, value in defs:
-        st.edge(d, _DATA, value)
+        emit((d, _DATA, value))
 
 
 def _raw_edges(st: _State, i: int, reads: list[int]) -> None:
     """RAW: the last writer of each storage class ``i`` reads -> ``i``."""
+    emit = st.emit
     last_write, reps = st.last_write, st.reps
     for c in reads:
         w = last_write[c]
         if w >= 0:
-            st.edge(w, _RAW, reps[c])
+            emit((w, _RAW, reps[c]))
 
 
 def _war_edges(st: _State, i: int, writes: list[int]) -> None:
     """WAR: every reader of a class since its last write -> ``i``, which writes it."""
+    emit = st.emit
     readers, reps = st.readers, st.reps
     for c in writes:
         rs = readers[c]
         if rs:
             for r in rs:
                 if r != i:
-                    st.edge(r, _WAR, reps[c])
+                    emit((r, _WAR, reps[c]))
 
 
 def _waw_edges(st: _State, i: int, writes: list[int]) -> None:
     """WAW: the last writer of a class -> ``i``, which writes it again."""
+    emit = st.emit
     last_write, reps = st.last_write, st.reps
     for c in writes:
         w = last_write[c]
         if w >= 0:
-            st.edge(w, _WAW, reps[c])
+            emit((w, _WAW, reps[c]))
 
 
 def _order_edges(st: _State, i: int, resources: tuple[Resource, ...]) -> None:
     """ORDER: the previous user of each ordered resource -> ``i`` (one chain per resource)."""
+    emit = st.emit
     last_user = st.last_user
     for r in resources:
         u = last_user.get(r)
         if u is not None:
-            st.edge(u, _ORDER, r)
+            emit((u, _ORDER, r))
 
 
 def _barrier_edges(st: _State, i: int, barrier: bool) -> None:
     """ORDER on GLOBAL, for an effectful instruction ``i``: a barrier comes after every effectful instruction
     since the previous barrier (which precedes it through the GLOBAL chain); any other effectful instruction
     comes after the last barrier."""
+    emit = st.emit
     if barrier:
         for e in st.since_barrier:
-            st.edge(e, _ORDER, GLOBAL)
+            emit((e, _ORDER, GLOBAL))
     elif st.last_barrier >= 0:
-        st.edge(st.last_barrier, _ORDER, GLOBAL)
+        emit((st.last_barrier, _ORDER, GLOBAL))
 
 
 def _return_edges(st: _State, end: int, defs: list[tuple[int, Value]], visible: frozenset[int]) -> None:
     """DATA from the definers of returned values, RETURN from the last writer of every visible class -> end."""
+    emit = st.emit
     for d, value in defs:
-        st.edge(d, _DATA, value)
+        emit((d, _DATA, value))
     last_write, reps = st.last_write, st.reps
     for c in sorted(visible):
         w = last_write[c]
         if w >= 0:
-            st.edge(w, _RETURN, reps[c])
+            emit((w, _RETURN, reps[c]))
 
 
 HAZARD_RULES: tuple[str, ...] = (
@@ -258,9 +275,10 @@ class DependencyGraph:
         self.storage = storage
         """The alias analysis the graph was built on."""
         self._effects = effects
-        self._src = state.src
-        self._kind = state.kind
-        self._cause = state.cause
+        src, kind, cause = zip(*state.out) if state.out else ((), (), ())
+        self._src: tuple[int, ...] = src
+        self._kind: tuple[EdgeKind, ...] = kind
+        self._cause: tuple[object, ...] = cause
         self._start = start
         """Edges into node ``v`` are ``start[v] .. start[v+1]-1`` (``len(start) == n + 2``)."""
         self._roots = roots
@@ -283,7 +301,11 @@ class DependencyGraph:
             UndefinedValueError: an operand is used before it is defined, or a returned value is unknown.
             DuplicateDefinitionError: a value is defined twice.
         """
-        effects = resolve_effects(program, registry, effects_of)
+        with _gc_paused():
+            return cls._build(program, resolve_effects(program, registry, effects_of))
+
+    @classmethod
+    def _build(cls, program: Program, effects: list[Effects]) -> DependencyGraph:
         storage = StorageClasses.from_effects(program, effects)
         ids = storage.value_ids
         cls_of = storage.class_of_value_id
@@ -306,9 +328,9 @@ class DependencyGraph:
         readers = st.readers
         last_write = st.last_write
         last_user = st.last_user
-        src = st.src
+        out = st.out
         for i, inst in enumerate(program.instructions):
-            start[i] = len(src)
+            start[i] = len(out)
             eff = effects[i]
             entry = plans.get(id(eff))
             if entry is None:
@@ -367,14 +389,14 @@ class DependencyGraph:
                     st.since_barrier.append(i)
             roots[i] = plan.any_resource or plan.write_all or not visible.isdisjoint(writes)
 
-        start[n] = len(src)
+        start[n] = len(out)
         ret_defs: list[tuple[int, Value]] = []
         for v in program.returns:
             d = def_of[ids[v]]
             if d >= 0 and (d, v) not in ret_defs:
                 ret_defs.append((d, v))
         ret(st, n, ret_defs, visible)
-        start[n + 1] = len(src)
+        start[n + 1] = len(out)
         return cls(program, storage, effects, st, start, roots)
 
     # --- structure ---------------------------------------------------------------------------------------------
@@ -416,6 +438,10 @@ class DependencyGraph:
         """Indices (into :meth:`edge_lists`) of the edges into node ``v``."""
         return range(self._start[v], self._start[v + 1])
 
+    def pred_sources(self, v: int) -> tuple[int, ...]:
+        """Sources of the edges into ``v`` (a predecessor appears once per edge; for hot loops)."""
+        return self._src[self._start[v]:self._start[v + 1]]
+
     def pred_lists(self) -> list[list[int]]:
         """Distinct predecessors of every node ``0 .. n`` (``end`` included), in first-edge order."""
         src, start = self._src, self._start
@@ -424,10 +450,11 @@ class DependencyGraph:
     def succ_lists(self) -> list[list[int]]:
         """Distinct successors of every node ``0 .. n`` (built once, cached)."""
         if self._succ is None:
-            succ: list[list[int]] = [[] for _ in range(self.n + 1)]
-            for v, preds in enumerate(self.pred_lists()):
-                for u in preds:
-                    succ[u].append(v)
+            with _gc_paused():
+                succ: list[list[int]] = [[] for _ in range(self.n + 1)]
+                for v, preds in enumerate(self.pred_lists()):
+                    for u in preds:
+                        succ[u].append(v)
             self._succ = succ
         return self._succ
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .errors import CycleError, OrderViolation
-from .graph import DependencyGraph
+from .graph import DependencyGraph, _gc_paused
 from .model import OPAQUE, Access, Alias, Effects, OperandEffect, ResourceEffect
 from .program import Const, Instruction, Program
 from .schedule import violation_message
@@ -97,7 +97,7 @@ class Partitioning:
 def _consecutive(
     insts: Sequence[Instruction],
     fus: list[bool],
-    preds: list[list[int]],
+    preds: Callable[[int], Sequence[int]],
     can_fuse: Callable[[Instruction, Instruction], bool] | None,
 ) -> list[list[int]]:
     groups: list[list[int]] = []
@@ -105,7 +105,7 @@ def _consecutive(
     open_group = False
     for i, inst in enumerate(insts):
         if fus[i] and open_group and (
-            can_fuse is None or all(can_fuse(insts[p], inst) for p in preds[i] if owner[p] == len(groups) - 1)
+            can_fuse is None or all(can_fuse(insts[p], inst) for p in preds(i) if owner[p] == len(groups) - 1)
         ):
             groups[-1].append(i)
         else:
@@ -118,7 +118,7 @@ def _consecutive(
 def _dataflow(
     insts: Sequence[Instruction],
     fus: list[bool],
-    preds: list[list[int]],
+    preds: Callable[[int], Sequence[int]],
     can_fuse: Callable[[Instruction, Instruction], bool] | None,
 ) -> list[list[int]]:
     inf = len(insts) + 1  # above every level
@@ -130,7 +130,7 @@ def _dataflow(
     last_fusible = -1
     for i, inst in enumerate(insts):
         by_region: dict[int, list[int]] = {}
-        for p in preds[i]:
+        for p in preds(i):
             r = owner[p]
             found = by_region.get(r)
             if found is None:
@@ -147,7 +147,9 @@ def _dataflow(
                 second_l = lv
         chosen = -1
         if fus[i]:
-            candidates = sorted((r for r in by_region if fusible_group[r]), key=lambda r: (-level[r], -r))
+            candidates = [r for r in by_region if fusible_group[r]]
+            if len(candidates) > 1:
+                candidates.sort(key=lambda r: (-level[r], -r))
             if last_fusible >= 0 and last_fusible not in by_region:
                 candidates.append(last_fusible)
             for r in candidates:
@@ -197,8 +199,9 @@ def partition(
                          "(merges non-adjacent instructions when legal)")
     insts = graph.program.instructions
     fus = [bool(fusible(inst)) for inst in insts]
-    groups = group(insts, fus, graph.pred_lists(), can_fuse)
-    return Partitioning(tuple(_compose(graph, groups)))
+    with _gc_paused():
+        groups = group(insts, fus, graph.pred_sources, can_fuse)
+        return Partitioning(tuple(_compose(graph, groups)))
 
 
 # --- composition --------------------------------------------------------------------------------------------------
@@ -227,42 +230,66 @@ def _escaping(graph: DependencyGraph, owner: list[int]) -> set[Value]:
     return escaping
 
 
-def region_effects(
-    graph: DependencyGraph, members: Sequence[int], escaping: set[Value] | None = None
-) -> tuple[Effects, tuple[Value, ...], tuple[Value, ...]]:
-    """``(effects, inputs, outputs)`` of the region made of ``members`` (see the module docstring).
+_READ, _WRITE = 1, 2
+_ACCESS = {_READ: Access.READ, _WRITE: Access.WRITE, _READ | _WRITE: Access.READ_WRITE}
 
-    ``escaping`` (values used outside their definer's region) defaults to "used by a non-member or returned".
-    """
+
+def _operand_bits(effects: Effects) -> dict[int, int]:
+    """Declared accesses as bit sets (READ=1, WRITE=2) by operand position; undeclared operands are read."""
+    bits = {}
+    for e in effects.operands:
+        bits[e.index] = (_WRITE if e.access.writes else 0) | (_READ if e.access.reads else 0)
+    return bits
+
+
+def region_effects(
+    graph: DependencyGraph, members: Sequence[int]
+) -> tuple[Effects, tuple[Value, ...], tuple[Value, ...]]:
+    """``(effects, inputs, outputs)`` of the region made of ``members`` (see the module docstring)."""
     insts = graph.program.instructions
     member_set = set(members)
+    defined = {v for m in members for v in insts[m].outputs}
+    escaping = set(graph.program.returns)
+    for i, inst in enumerate(insts):
+        if i not in member_set:
+            escaping.update(v for operand in inst.inputs for v in _values(operand) if v in defined)
+    return _compose_region(graph, members, escaping, {})
+
+
+def _compose_region(
+    graph: DependencyGraph,
+    members: Sequence[int],
+    escaping: set[Value],
+    cache: dict[int, tuple[Effects, dict[int, int]]],
+) -> tuple[Effects, tuple[Value, ...], tuple[Value, ...]]:
+    """:func:`region_effects` given the escaping values and a cache of operand bits per Effects object."""
+    insts = graph.program.instructions
     defined: set[Value] = set()
     for m in members:
         defined.update(insts[m].outputs)
-    if escaping is None:
-        escaping = set(graph.program.returns)
-        for i, inst in enumerate(insts):
-            if i not in member_set:
-                escaping.update(v for operand in inst.inputs for v in _values(operand) if v in defined)
 
     inputs: dict[Value, int] = {}
-    access: list[Access] = []
+    access: list[int] = []
     storage = graph.storage
     internal_writes: set[int] = set()
     opaque = False
     resources: list[frozenset[ResourceEffect]] = []
     for m in members:
         eff = graph.effects(m)
+        entry = cache.get(id(eff))
+        if entry is None:
+            entry = cache[id(eff)] = (eff, _operand_bits(eff))  # keep eff alive so its id stays unique
+        bits = entry[1]
         opaque = opaque or eff.opaque
         if eff.resources:
             resources.append(eff.resources)
         for pos, operand in enumerate(insts[m].inputs):
-            declared = eff.access(pos)
-            # every operand is read unless it is declared a pure write
-            acc = Access.READ if declared is None else declared if declared is Access.WRITE else declared | Access.READ
+            acc = bits.get(pos, _READ)
+            if acc != _WRITE:  # every operand is read unless it is a pure write
+                acc |= _READ
             for v in _values(operand):
                 if v in defined:
-                    if acc.writes:
+                    if acc & _WRITE:
                         internal_writes.add(storage.storage(v))
                     continue
                 k = inputs.get(v)
@@ -281,12 +308,12 @@ def region_effects(
         inputs_by_class.setdefault(storage.storage(v), []).append(k)
     for c in internal_writes:
         for k in inputs_by_class.get(c, ()):
-            access[k] = Access.READ_WRITE  # a write through a view made inside the region: partial, keeps the rest
+            access[k] = _READ | _WRITE  # a write through a view made inside the region: partial, keeps the rest
     aliases = frozenset(
         Alias(j, k, may=True) for j, v in enumerate(outputs) for k in inputs_by_class.get(storage.storage(v), ())
     )
     effects = Effects(
-        operands=tuple(OperandEffect(k, a) for k, a in enumerate(access)),
+        operands=tuple(OperandEffect(k, _ACCESS[a]) for k, a in enumerate(access)),
         aliases=aliases,
         resources=frozenset().union(*resources),
     )
@@ -299,9 +326,10 @@ def _compose(graph: DependencyGraph, groups: list[list[int]]) -> list[Region]:
         for m in group:
             owner[m] = k
     escaping = _escaping(graph, owner)
+    cache: dict[int, tuple[Effects, dict[int, int]]] = {}
     regions = []
     for group in groups:
-        effects, inputs, outputs = region_effects(graph, group, escaping)
+        effects, inputs, outputs = _compose_region(graph, group, escaping, cache)
         regions.append(Region(tuple(group), effects, inputs, outputs))
     return regions
 
