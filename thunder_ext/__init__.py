@@ -1,7 +1,11 @@
 """Thunder integration of thunder-effects (needs the ``thunder`` extra: ``lightning-thunder``).
 
 Importing this package first applies :mod:`thunder_ext._compat` so that ``thunder`` imports on torch builds without
-named tensors, then imports thunder.
+named tensors, then imports thunder, then declares the effects of Thunder's symbols in
+:func:`effects.default_registry` (:mod:`thunder_ext.declarations`, source ``"thunder_ext"``).
+
+Entry points: :func:`jit` (``thunder.jit`` with the effect-aware pipeline), :func:`install` / :func:`uninstall` /
+:func:`enabled` (make plain ``thunder.jit`` use it), :func:`coverage`.
 """
 
 from __future__ import annotations
@@ -12,4 +16,11 @@ _compat.apply()
 
 import thunder  # noqa: E402  (must come after the shim)
 
-__all__ = ["thunder"]
+import effects  # noqa: E402
+
+from . import declarations  # noqa: E402
+from .declarations import coverage, impl_key, key_of  # noqa: E402
+
+_REGISTRATIONS = declarations.register(effects.default_registry())
+
+__all__ = ["thunder", "coverage", "key_of", "impl_key"]

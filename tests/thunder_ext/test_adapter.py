@@ -1,0 +1,93 @@
+"""Thunder trace -> neutral program: values, operands, effects (incl. bottom-up composites and fusions)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("thunder")
+
+import torch  # noqa: E402
+
+import thunder_ext  # noqa: E402
+import thunder  # noqa: E402
+from effects import Access  # noqa: E402
+from thunder_ext import adapter  # noqa: E402
+
+
+def first_and_last(fn, *args, **jit_kwargs):
+    jfn = thunder.jit(fn, skip_inplace_alias_updates=True, **jit_kwargs)
+    jfn(*args)
+    traces = thunder.last_traces(jfn)
+    return traces[0], traces[-1]
+
+
+def effects_by_op(program):
+    return {str(inst.op): inst.effects for inst in program.instructions}
+
+
+def test_inputs_returns_and_inplace_write():
+    def f(a):
+        b = a * 2
+        a.add_(1)
+        return b
+
+    first, _ = first_and_last(f, torch.ones(3))
+    program = adapter.adapt(first).program.check()
+    assert program.inputs == ("a",)
+    assert len(program.returns) == 1
+    eff = effects_by_op(program)["torch.Tensor.add_"]
+    assert eff.access(0) is Access.READ_WRITE
+
+
+def test_batch_norm_running_stats_written():
+    def f(x, rm, rv):
+        return torch.nn.functional.batch_norm(x, rm, rv, training=True)
+
+    first, _ = first_and_last(f, torch.randn(4, 3), torch.zeros(3), torch.ones(3))
+    inst = next(i for i in adapter.adapt(first).program.instructions if "batch_norm" in str(i.op))
+    assert inst.effects.written == {1, 2}
+
+
+def test_fusion_region_carries_member_effects():
+    def f(a):
+        a.mul_(2)
+        return a * 3
+
+    _, last = first_and_last(f, torch.ones(3), executors=["torchcompile"])
+    fused = [i for i in adapter.adapt(last).program.instructions if str(i.op).startswith("TorchCompile")]
+    assert fused and any(i.effects.written for i in fused)
+
+
+def test_composite_write_through_inner_view_reaches_the_argument():
+    def f(a):
+        a.t().add_(1)
+        return a
+
+    first, _ = first_and_last(f, torch.ones(2, 2))
+    program = adapter.adapt(first).program
+    # the view and the write are separate top-level instructions: the view aliases, the write writes
+    ops = effects_by_op(program)
+    assert any(a.operand == 0 for a in ops["torch.t"].aliases)
+    assert ops["torch.Tensor.add_"].access(0) is Access.READ_WRITE
+
+
+def test_input_aliases_are_passed_through():
+    def f(x, y):
+        return x + y
+
+    first, _ = first_and_last(f, torch.ones(2), torch.ones(2))
+    program = adapter.adapt(first, input_aliases=[("x", "y")]).program.check()
+    assert program.input_aliases == (frozenset({"x", "y"}),)
+
+
+def test_unknown_symbol_without_subsymbols_is_opaque():
+    from thunder.core.symbol import Symbol
+
+    sym = Symbol(name="mystery", meta=lambda x: x, is_prim=True, id="tests.mystery")
+    from thunder.core.trace import TraceCtx, tracectx
+    from thunder.core.proxies import TensorProxy
+
+    with tracectx(TraceCtx()):
+        x = TensorProxy(shape=(2,), device=thunder.devices.cpu, dtype=thunder.dtypes.float32, requires_grad=False)
+        bsym = sym.bind(x, output=x)
+    assert adapter.bsym_effects(bsym).opaque

@@ -1,0 +1,284 @@
+"""Thunder traces ⇄ neutral :class:`effects.Program`.
+
+One bound symbol becomes one :class:`~effects.Instruction`:
+
+* **values** are proxy names; ``unpack_trivial`` outputs (the trace's arguments) and any value used but never
+  defined become program inputs; the ``python_return`` bound symbol becomes the program's returns;
+* **operands** follow the symbol's Python signature (:func:`thunder_ext.declarations.signature_of`): the bound
+  symbol's ``args``/``kwargs`` are bound to it and each parameter is one operand — a proxy name, a tuple of
+  names (a sequence, ``*args`` or ``**kwargs``), or a :class:`~effects.Const`. When binding fails, operands are
+  the positional arguments then the keyword arguments, and declared per-operand effects are not trusted;
+* **effects** are resolved per bound symbol (:func:`bsym_effects`) and stored on the instruction:
+
+  1. the executor implementation key ``(sym.id, executor.name)`` when the symbol belongs to an executor, else
+     ``sym.id``, looked up in the registry;
+  2. for a bound symbol with subsymbols (a composite such as ``batch_norm``, or a fusion such as
+     ``TorchCompile0``), the union with the **bottom-up** effects of its subsymbols: every write, view and
+     resource of a subsymbol, moved onto the operands it reaches through views — so a hidden ``copy_`` into a
+     view of an argument is a write of that argument, and fused regions carry their members' effects;
+  3. otherwise opaque — never pure.
+
+  An instruction with several outputs whose effects alias an operand has *every* output alias it (``split``,
+  ``update_aliases``, ``unpack_sequence``): may-alias is the sound direction.
+
+* **runtime input aliasing** is passed in as groups of input names (``input_aliases``), never rewritten.
+
+The adapter never changes a trace: :class:`AdaptedTrace` keeps the bound symbols aligned with the instructions so
+a pass can map its decisions back (:mod:`thunder_ext.pipeline`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import effects
+from effects import OPAQUE, Access, Alias, Const, Effects, Instruction, OperandEffect, Program
+from effects.program import operand_values
+
+from thunder.core.prims import PrimIDs
+from thunder.core.proxies import Proxy
+from thunder.core.pytree import tree_flatten
+from thunder.core.symbol import BoundSymbol
+
+from .declarations import impl_key, key_of, python_signature
+
+__all__ = ["AdaptedTrace", "adapt", "adapt_bsyms", "bsym_effects", "operands_of", "op_key"]
+
+Operand = Any
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptedTrace:
+    """A neutral program and the bound symbols it came from (``bsyms[i]`` is instruction ``i``)."""
+
+    program: Program
+    bsyms: tuple[BoundSymbol, ...]
+    prefix: tuple[BoundSymbol, ...]
+    """Bound symbols that define the program inputs (``unpack_trivial``), in trace order."""
+    return_bsym: BoundSymbol | None
+
+
+def op_key(bsym: BoundSymbol) -> Hashable:
+    """The key the instruction of ``bsym`` carries: the implementation key for executor symbols."""
+    if bsym.sym.id is None:  # fusion symbols (TorchCompile0, nvFusion1, CUDAGraph2) have no id
+        return bsym.sym.name
+    key = impl_key(bsym.sym)
+    return key if key is not None else key_of(bsym.sym)
+
+
+def _hashable(value: object) -> object:
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+def _operand(value: object) -> Operand:
+    if isinstance(value, Proxy):
+        return value.name
+    if isinstance(value, (tuple, list, dict)):
+        try:
+            leaves, _ = tree_flatten(value)
+        except Exception:  # noqa: BLE001 - exotic containers carry no proxies Thunder can see either
+            leaves = []
+        names = tuple(leaf.name for leaf in leaves if isinstance(leaf, Proxy))
+        if names:
+            return names
+    return Const(_hashable(value))
+
+
+def operands_of(bsym: BoundSymbol) -> tuple[tuple[Operand, ...], bool]:
+    """The operands of ``bsym`` and whether they follow the symbol's signature (``False``: fallback layout)."""
+    sig = python_signature(bsym.sym)
+    if sig is not None:
+        try:
+            bound = sig.bind(*bsym.args, **bsym.kwargs)
+        except TypeError:
+            bound = None
+        if bound is not None:
+            ops = []
+            for name, param in sig.parameters.items():
+                if name in bound.arguments:
+                    ops.append(_operand(bound.arguments[name]))
+                else:
+                    default = param.default
+                    ops.append(Const(None if default is inspect.Parameter.empty else _hashable(default)))
+            return tuple(ops), True
+    ops = [_operand(a) for a in bsym.args]
+    ops += [_operand(bsym.kwargs[k]) for k in sorted(bsym.kwargs)]
+    return tuple(ops), False
+
+
+def _output_names(bsym: BoundSymbol) -> list[str]:
+    return [o.name for o in bsym.flat_outs if isinstance(o, Proxy)]
+
+
+def _widen_aliases(eff: Effects, num_outputs: int) -> Effects:
+    if eff.opaque or not eff.aliases or num_outputs <= 1:
+        return eff
+    operands = {a.operand for a in eff.aliases}
+    widened = frozenset(Alias(j, k, True) for j in range(num_outputs) for k in operands)
+    return Effects(eff.operands, widened, eff.resources)
+
+
+class _Resolver:
+    """Resolves effects of bound symbols against one registry, memoised for the lifetime of one adaptation."""
+
+    def __init__(self, registry: effects.Registry) -> None:
+        self.registry = registry
+        self._memo: dict[int, tuple[BoundSymbol, tuple[Operand, ...], Effects]] = {}
+
+    def declared(self, bsym: BoundSymbol) -> Effects | None:
+        keys = [impl_key(bsym.sym), key_of(bsym.sym)]
+        for key in keys:
+            if key is None:
+                continue
+            try:
+                resolution = self.registry.resolve(key)
+            except TypeError:  # unhashable id
+                return None
+            if resolution.origin != "unknown":
+                return resolution.effects
+        return None
+
+    def resolve(self, bsym: BoundSymbol) -> tuple[tuple[Operand, ...], Effects]:
+        hit = self._memo.get(id(bsym))
+        if hit is not None and hit[0] is bsym:
+            return hit[1], hit[2]
+        operands, bound = operands_of(bsym)
+        declared = self.declared(bsym)
+        if declared is not None and not bound and (declared.operands or declared.aliases):
+            declared = None  # positions would land on the wrong operands
+        if bsym.subsymbols:
+            below = self.from_subsymbols(bsym, operands)
+            eff = below if declared is None else declared | below
+        else:
+            eff = declared if declared is not None else OPAQUE
+        eff = _widen_aliases(eff, len(_output_names(bsym)))
+        self._memo[id(bsym)] = (bsym, operands, eff)
+        return operands, eff
+
+    def from_subsymbols(self, bsym: BoundSymbol, operands: Sequence[Operand]) -> Effects:
+        """Bottom-up effects of ``bsym``'s subsymbols, moved onto ``bsym``'s operands through views."""
+        reaches: dict[object, set[int]] = {}
+        for pos, operand in enumerate(operands):
+            for v in operand_values(operand):
+                reaches.setdefault(v, set()).add(pos)
+        read: set[int] = set()
+        written: set[int] = set()
+        read_before_write: set[int] = set()
+        resources = []
+        for sub in bsym.subsymbols:
+            sub_operands, sub_eff = self.resolve(sub)
+            if sub_eff.opaque:
+                return OPAQUE
+            resources.extend(sub_eff.resources)
+            for k, operand in enumerate(sub_operands):
+                targets = set().union(*(reaches.get(v, ()) for v in operand_values(operand)))
+                access = sub_eff.access(k)
+                if access is None or access.reads:
+                    read |= targets
+                    read_before_write |= targets - written
+                if access is not None and access.writes:
+                    written |= targets
+            outs = _output_names(sub)
+            for alias in sub_eff.aliases:
+                if alias.output < len(outs) and alias.operand < len(sub_operands):
+                    sources = set().union(*(reaches.get(v, ()) for v in operand_values(sub_operands[alias.operand])))
+                    if sources:
+                        reaches.setdefault(outs[alias.output], set()).update(sources)
+        operand_effects = []
+        for pos in sorted(read | written):
+            if pos in written:
+                access = Access.READ_WRITE if pos in read_before_write else Access.WRITE
+            else:
+                access = Access.READ
+            operand_effects.append(OperandEffect(pos, access))
+        aliases = frozenset(
+            Alias(j, pos, True) for j, out in enumerate(_output_names(bsym)) for pos in reaches.get(out, ())
+            if out not in _operand_value_set(operands)
+        )
+        return Effects(tuple(operand_effects), aliases, frozenset(resources))
+
+
+def _operand_value_set(operands: Sequence[Operand]) -> frozenset[object]:
+    return frozenset(v for operand in operands for v in operand_values(operand))
+
+
+def bsym_effects(bsym: BoundSymbol, registry: effects.Registry | None = None) -> Effects:
+    """The effects of one bound symbol, positions as in :func:`operands_of`."""
+    return _Resolver(registry or effects.default_registry()).resolve(bsym)[1]
+
+
+def adapt_bsyms(
+    bsyms: Iterable[BoundSymbol],
+    *,
+    args: Iterable[object] = (),
+    registry: effects.Registry | None = None,
+    input_aliases: Iterable[Iterable[str]] = (),
+) -> AdaptedTrace:
+    """Adapt a list of bound symbols (a trace body); ``args`` are extra argument proxies (the trace's args)."""
+    resolver = _Resolver(registry or effects.default_registry())
+    inputs: list[str] = []
+    defined: set[str] = set()
+
+    def define_input(name: str) -> None:
+        if name not in defined:
+            defined.add(name)
+            inputs.append(name)
+
+    for arg in args:
+        if isinstance(arg, Proxy):
+            define_input(arg.name)
+    prefix: list[BoundSymbol] = []
+    aligned: list[BoundSymbol] = []
+    instructions: list[Instruction] = []
+    returns: tuple[str, ...] = ()
+    return_bsym = None
+    for bsym in bsyms:
+        sid = bsym.sym.id
+        if sid is PrimIDs.UNPACK_TRIVIAL:
+            prefix.append(bsym)
+            for name in _output_names(bsym):
+                define_input(name)
+            continue
+        if sid is PrimIDs.RETURN:
+            return_bsym = bsym
+            returns = tuple(p.name for p in bsym.flat_args if isinstance(p, Proxy))
+            for name in returns:
+                if name not in defined:
+                    define_input(name)
+            continue
+        operands, eff = resolver.resolve(bsym)
+        for operand in operands:
+            for v in operand_values(operand):
+                define_input(v)
+        outputs = []
+        extra_aliases = []
+        for j, name in enumerate(_output_names(bsym)):
+            if name in defined or name in outputs:
+                # the symbol hands back a value it received (or twice): a fresh value that is the same tensor
+                outputs.append(f"{name}@{len(instructions)}.{j}")
+                extra_aliases += [Alias(j, k) for k, op in enumerate(operands) if name in operand_values(op)]
+            else:
+                outputs.append(name)
+        if extra_aliases and not eff.opaque:
+            eff = Effects(eff.operands, eff.aliases | frozenset(extra_aliases), eff.resources)
+        defined.update(outputs)
+        instructions.append(Instruction(op_key(bsym), operands, tuple(outputs), eff))
+        aligned.append(bsym)
+    known = set(inputs)
+    groups = tuple(frozenset(n for n in g if n in known) for g in input_aliases)
+    program = Program(tuple(instructions), tuple(inputs), returns, tuple(g for g in groups if len(g) > 1))
+    return AdaptedTrace(program, tuple(aligned), tuple(prefix), return_bsym)
+
+
+def adapt(trace: Any, *, registry: effects.Registry | None = None,
+          input_aliases: Iterable[Iterable[str]] = ()) -> AdaptedTrace:
+    """Adapt a Thunder ``TraceCtx``."""
+    flat, _ = tree_flatten((trace.args, trace.kwargs))
+    return adapt_bsyms(trace.bound_symbols, args=flat, registry=registry, input_aliases=input_aliases)
