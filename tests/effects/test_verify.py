@@ -46,10 +46,10 @@ def test_war_violation_names_reader_and_writer(reg):
 
 def test_dropping_a_live_instruction_is_reported(reg, program):
     without_write = program.with_instructions([program.instructions[i] for i in (0, 1, 2, 4)])
-    with pytest.raises(OrderViolation, match=r"drops live instruction \[3\] x1 = add_\(x, a\).*visible"):
+    with pytest.raises(OrderViolation, match=r"(?s)drops live instruction \[3\] x1 = add_\(x, a\).*visible"):
         verify(program, without_write, reg)
     without_print = program.with_instructions([program.instructions[i] for i in (0, 2, 3)])
-    with pytest.raises(OrderViolation, match=r"drops live instruction \[1\] print\(a\).*resource effects \(io\)"):
+    with pytest.raises(OrderViolation, match=r"(?s)drops live instruction \[1\] print\(a\).*resource effects \(io\)"):
         verify(program, without_print, reg)
 
 
