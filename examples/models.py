@@ -25,7 +25,7 @@ benchmarks on a GPU. Parameters do not require grad: the models measure forward 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ __all__ = [
     "Mismatch",
     "CheckResult",
     "check",
+    "verify",
     "compare",
     "model_names",
     "get_model",
@@ -325,7 +326,7 @@ class CheckResult:
 
 
 def compare(
-    name: str, expected: Any, actual: Any, rtol: float, atol: float, prefix: str = "output"
+    expected: Any, actual: Any, rtol: float, atol: float, prefix: str = "output"
 ) -> tuple[int, list[Mismatch]]:
     """Compare two (nested list/tuple of) tensors or values; return (tensors compared, mismatches)."""
     if isinstance(expected, torch.Tensor):
@@ -343,12 +344,28 @@ def compare(
             return 1, [Mismatch(prefix, math.inf, f"expected a sequence of {len(expected)}, got {actual!r:.60}")]
         total, found = 0, []
         for i, (e, a) in enumerate(zip(expected, actual)):
-            n, m = compare(name, e, a, rtol, atol, f"{prefix}[{i}]")
+            n, m = compare(e, a, rtol, atol, f"{prefix}[{i}]")
             total, found = total + n, found + m
         return total, found
     if expected != actual:
         return 0, [Mismatch(prefix, math.inf, f"expected {expected!r:.40}, got {actual!r:.40}")]
     return 0, []
+
+
+def verify(model: Model, eager: Instance, compiled: Instance, outputs: Sequence[Any]) -> CheckResult:
+    """Compare ``outputs`` (of ``len(outputs)`` compiled calls already made on ``compiled``) and the state of
+    ``compiled`` with as many eager calls on ``eager`` (an untouched instance built with the same seed)."""
+    before = {k: t.clone() for k, t in eager.state().items()}
+    total, mismatches = 0, []
+    for call, actual in enumerate(outputs):
+        n, m = compare(eager.fn(*eager.args), actual, model.rtol, model.atol, f"call{call}.output")
+        total, mismatches = total + n, mismatches + m
+    expected_state, actual_state = eager.state(), compiled.state()
+    for key, t in expected_state.items():
+        n, m = compare(t, actual_state.get(key), model.rtol, model.atol, f"state.{key}")
+        total, mismatches = total + n, mismatches + m
+    mutated = tuple(k for k, t in expected_state.items() if not torch.equal(before[k], t))
+    return CheckResult(model.name, total, mutated, tuple(mismatches))
 
 
 def check(
@@ -361,23 +378,12 @@ def check(
 ) -> CheckResult:
     """Run ``calls`` calls eagerly and through ``compile_fn(fn)`` on identical instances; compare everything.
 
-    Several calls matter: in-place state feeds the next call, and compiled callables take a different (cached)
-    path from the second call on.
+    Several calls matter: in-place state feeds the next call, compiled callables take a different (cached) path
+    from the second call on, and an output must not be overwritten by a later call.
     """
     size = SIZES[size] if isinstance(size, str) else size
     device = torch.device(device)
     eager, compiled = model.build(size, device, seed), model.build(size, device, seed)
-    before = {k: t.clone() for k, t in eager.state().items()}
     compiled_fn = compile_fn(compiled.fn)
-    total, mismatches = 0, []
-    for call in range(calls):
-        n, m = compare(model.name, eager.fn(*eager.args), compiled_fn(*compiled.args), model.rtol, model.atol,
-                       f"call{call}.output")
-        total, mismatches = total + n, mismatches + m
-    expected_state, actual_state = eager.state(), compiled.state()
-    for key, t in expected_state.items():
-        n, m = compare(model.name, t, actual_state.get(key), model.rtol, model.atol, f"state.{key}")
-        total, mismatches = total + n, mismatches + m
-    mutated = tuple(k for k, t in expected_state.items() if not torch.equal(before[k], t))
-    return CheckResult(model.name, total, mutated, tuple(mismatches))
-
+    outputs = [compiled_fn(*compiled.args) for _ in range(calls)]
+    return verify(model, eager, compiled, outputs)
