@@ -83,7 +83,7 @@ def fuzz(
 
     def check(case: Case, data: st.DataObject) -> None:
         try:
-            _check_case(case, data, reg, stats, schedules_per_program, check_partitions, check_dce)
+            counts = _check_case(case, data, reg, schedules_per_program, check_partitions, check_dce)
         except Mismatch:
             stats.programs += 1
             if stats.first_mismatch_at is None:
@@ -91,6 +91,9 @@ def fuzz(
                 stats.mismatches += 1
             raise
         stats.programs += 1  # examples Hypothesis abandons (draws past its size limit) are not counted
+        stats.schedules += counts[0]
+        stats.partitions += counts[1]
+        stats.dce += counts[2]
         if progress is not None:
             progress(stats)
 
@@ -105,21 +108,20 @@ def fuzz(
     return FuzzResult(stats, None)
 
 
-def _check_case(case: Case, data: st.DataObject, reg: Registry, stats: FuzzStats, k: int, parts: bool,
-                deadcode: bool) -> None:
+def _check_case(case: Case, data: st.DataObject, reg: Registry, k: int, parts: bool,
+                deadcode: bool) -> tuple[int, int, int]:
+    """Check one case; return how many schedules, partitions and DCE runs it checked."""
     oracle = Oracle(case)
     graph = DependencyGraph.build(case.program, reg)
     for j in range(k):
         oracle.check_order(data.draw(schedules(graph, returns=j % 2 == 1)))
-        stats.schedules += 1
     if parts:
         fused = oracle.check_partition(data.draw(partitions(graph)))
         fused_graph = DependencyGraph.build(fused, reg)
         oracle.check_program(reorder(fused, data.draw(schedules(fused_graph))), what="reordered fused")
-        stats.partitions += 1
     if deadcode:
         oracle.check_program(dce(case.program, reg), what="dead-code-eliminated")
-        stats.dce += 1
+    return k, int(parts), int(deadcode)
 
 
 def _bar(stats: FuzzStats, total: int) -> str:

@@ -127,10 +127,12 @@ class Case:
     program: Program
     inputs: InputSpec
 
-    def to_python(self, *transformed: tuple[str, Program]) -> str:
-        """A runnable script: imports, inputs, the program, and any ``(name, program)`` transformations of it."""
+    def to_python(self, transformed: Program | None = None, *, return_at: int | None = None) -> str:
+        """A runnable script: imports, inputs, the program, and a ``transformed`` version of it (returning at
+        ``return_at``, see :func:`effects.testing.execute`)."""
         defs = [program_python(self.program, name="program")]
-        defs += [program_python(p, name=n) for n, p in transformed]
+        if transformed is not None:
+            defs.append(program_python(transformed, name="transformed", return_at=return_at))
         head = "import torch\nfrom effects.testing.vocab import opaque_axpy_\n"
         return "\n\n".join([head, self.inputs.to_python(), *defs]) + "\n"
 
@@ -146,13 +148,19 @@ def _statement(inst: Instruction, names: Callable[[Hashable], str] = str) -> str
     return f"{outs} = {call}" if outs else call
 
 
-def program_python(program: Program, *, name: str = "program") -> str:
-    """``program`` as a Python function; a fused region (``attrs["members"]``) is printed as its members."""
+def program_python(program: Program, *, name: str = "program", return_at: int | None = None) -> str:
+    """``program`` as a Python function; a fused region (``attrs["members"]``) is printed as its members.
+    ``return_at`` marks where the caller observes the results (see :func:`effects.testing.execute`)."""
     lines = [f"def {name}({', '.join(map(str, program.inputs))}):"]
     if program.input_aliases:
         groups = "; ".join("{" + ", ".join(sorted(map(str, g))) + "}" for g in program.input_aliases)
         lines.append(f"    # inputs that alias: {groups}")
-    lines += _body(program.instructions, "    ")
+    body = _body(program.instructions, "    ")
+    if return_at is not None:
+        top = [k for k, line in enumerate(body) if not line.startswith("     ")]  # statements of this level
+        at = top[return_at] if return_at < len(top) else len(body)
+        body.insert(at, "    # <-- returns here: the caller observes the results and inputs now; the rest runs later")
+    lines += body
     returns = "".join(f"{v}, " for v in program.returns).rstrip(" ")
     lines.append(f"    return ({returns})")
     return "\n".join(lines)

@@ -175,10 +175,10 @@ class Oracle:
         except UnknownOpError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the transformed program is a mismatch
-            self._fail(transformed, what, f"it raised {type(exc).__name__}: {exc}")
+            self._fail(transformed, what, f"it raised {type(exc).__name__}: {exc}", return_at)
         why = _first_divergence(self.expected, actual, self.case.program.returns, self.rtol, self.atol)
         if why is not None:
-            self._fail(transformed, what, why)
+            self._fail(transformed, what, why, return_at)
 
     def check_order(self, order: Sequence[int]) -> None:
         """The original instructions run in ``order``. If ``order`` also holds the return node (``n``, the
@@ -198,10 +198,10 @@ class Oracle:
         self.check_program(fused, what=f"partitioned (region sizes {sizes})")
         return fused
 
-    def _fail(self, transformed: Program, what: str, why: str) -> None:
+    def _fail(self, transformed: Program, what: str, why: str, return_at: int | None) -> None:
         raise Mismatch(
             f"{what} program diverges from the original: {why}\n\n"
-            f"{self.case.to_python(('transformed', transformed))}"
+            f"{self.case.to_python(transformed, return_at=return_at)}"
         )
 
 

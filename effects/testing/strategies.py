@@ -8,14 +8,15 @@ generation designed to shrink:
   vocabulary (:mod:`effects.testing.vocab`). Deleting a tuple deletes an instruction and the rest still
   resolves; every integer shrinks toward 0, which means "the first op" (pure ops come first) and "the most recent
   fitting value". Inputs (how many, their shapes and aliasing) and returned values shrink the same way.
-* :func:`schedules` picks one ready instruction at each step; index 0 is the smallest ready instruction, so a
-  schedule shrinks toward the original order.
+* :func:`schedules` draws a priority per instruction and runs the ready instruction of highest priority; all
+  priorities shrink to 0, which is the original order.
 * :func:`partitions` draws which instructions are fusible (shrinking toward "none": singleton regions) and the
   partitioner's strategy.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from hypothesis import strategies as st
@@ -141,22 +142,25 @@ def _check_graph(graph: object) -> DependencyGraph:
 
 @st.composite
 def _schedules(draw: st.DrawFn, graph: DependencyGraph, returns: bool) -> tuple[int, ...]:
-    succ = graph.succ_lists()
     n = graph.n
+    # A priority per node; Kahn's algorithm runs the ready node of highest priority (ties: smallest index). All
+    # zeros is the original order, and deleting an instruction of the program leaves the others' priorities alone.
+    priority = draw(st.lists(_RAW, min_size=n + 1, max_size=n + 1))
+    succ = graph.succ_lists()
     indeg = [0] * (n + 1)
     for targets in succ:
         for w in targets:
             indeg[w] += 1
-    ready = [v for v in range(n + 1) if indeg[v] == 0 and (returns or v < n)]
+    ready = [(-priority[v], v) for v in range(n + 1) if indeg[v] == 0 and (returns or v < n)]
+    heapq.heapify(ready)
     order = []
     while ready:
-        ready.sort()
-        v = ready.pop(draw(st.integers(0, len(ready) - 1)) if len(ready) > 1 else 0)
+        v = heapq.heappop(ready)[1]
         order.append(v)
         for w in succ[v]:
             indeg[w] -= 1
             if indeg[w] == 0 and (returns or w < n):
-                ready.append(w)
+                heapq.heappush(ready, (-priority[w], w))
     return tuple(order)
 
 
