@@ -23,4 +23,7 @@ from .declarations import coverage, impl_key, key_of  # noqa: E402
 
 _REGISTRATIONS = declarations.register(effects.default_registry())
 
-__all__ = ["thunder", "coverage", "key_of", "impl_key"]
+from .jit import EffectVerification, enabled, install, jit, uninstall, verify_jitted  # noqa: E402
+
+__all__ = ["thunder", "jit", "install", "uninstall", "enabled", "EffectVerification", "verify_jitted", "coverage",
+           "key_of", "impl_key"]

@@ -1,0 +1,236 @@
+"""The one place that patches Thunder internals — reversibly, reference-counted, identity-checked.
+
+Thunder 0.2.6 offers no extension point for the partitioner, DCE, rematerialization or the CUDA graph runner, so
+the effect pipeline (:mod:`thunder_ext.pipeline`) is wired in by replacing module attributes:
+
+================================================  ===========================================================
+patched name(s)                                   replacement
+================================================  ===========================================================
+``thunder.insert_alias_updates``                  :func:`pipeline.record_input_aliases`
+``data_dependent_partition.fuse_bound_symbols``,  :func:`pipeline.fuse_bound_symbols` (torchcompile and nvFuser
+``transforms.cudagraph.fuse_bound_symbols``       import it at call time, the CUDA graph transform at import)
+``transform_common.dce`` and its imports in       :func:`pipeline.dce`
+``thunder``, ``executors.passes``,
+``executors.torch_compile``, ``nvfuserex_impl``
+``rematerialization.rematerialize`` and its       :func:`pipeline.rematerialize`
+imports in ``torch_compile``, ``nvfuserex_impl``
+``rematerialization.find_cut``                    :func:`pipeline.find_cut`
+``CUDAGraphTransform.transform_trace_post_…``     marks the runner of an effect-aware compilation
+``CUDAGraphRunner.call_cuda_graph``               copies writes to non-static arguments back
+``CUDAGraphRunner.build_cuda_graph``              warms up on clones of written static inputs
+================================================  ===========================================================
+
+Every replacement falls back to the original unless the pipeline is active, so applying the patches changes
+nothing for plain ``thunder.jit`` until :func:`thunder_ext.install` is called. :func:`apply` refuses to patch
+when a target is no longer the function this module expects (Thunder changed, or someone else patched it):
+``tests/thunder_ext/test_patches.py`` pins the identities and signatures. :func:`apply`/:func:`restore` are
+reference-counted so ``install()`` and every running ``thunder_ext.jit`` call can hold them independently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import thunder
+import thunder.core.rematerialization as remat_mod
+import thunder.core.transform_common as transform_common
+import thunder.core.update_aliases as update_aliases_mod
+import thunder.executors.data_dependent_partition as ddp
+import thunder.executors.passes as passes
+import thunder.executors.torch_compile as torch_compile
+import thunder.transforms.cudagraph as cudagraph
+
+from . import pipeline
+
+__all__ = ["Patch", "PATCHES", "apply", "restore", "applied", "holding", "EXPECTED_PARAMETERS"]
+
+
+@dataclass(frozen=True, slots=True)
+class Patch:
+    """Replace ``owner.name`` (a module or class) — expected to be ``original`` — with ``replacement``."""
+
+    owner: Any
+    name: str
+    original: Callable[..., Any]
+    replacement: Callable[..., Any]
+
+    @property
+    def where(self) -> str:
+        return f"{getattr(self.owner, '__name__', self.owner)}.{self.name}"
+
+
+# --- CUDA graph runner ----------------------------------------------------------------------------------------
+_written: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("thunder_effects_cg_written",
+                                                                          default=frozenset())
+_EFFECTS_FLAG = "_thunder_effects"
+
+
+def _capturing() -> bool:
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except RuntimeError:  # no CUDA support in this build
+        return False
+
+
+def _cg_transform_post_optimization(self: Any, trace: Any, **kwargs: Any) -> Any:
+    if pipeline.active():
+        setattr(self.cuda_graph_runner, _EFFECTS_FLAG, True)
+    return _ORIG_POST_OPT(self, trace, **kwargs)
+
+
+def _cg_written(runner: Any, fn_name: str) -> frozenset[int]:
+    cache = runner.__dict__.setdefault("_thunder_effects_written", {})
+    if fn_name not in cache:
+        bsyms, inputs, _ = runner.trace_symbols[fn_name]
+        cache[fn_name] = pipeline.written_inputs(bsyms, inputs)
+    return cache[fn_name]
+
+
+def _cg_call(self: Any, fn_name: str, *args: Any) -> Any:
+    if not getattr(self, _EFFECTS_FLAG, False):
+        return _ORIG_CALL(self, fn_name, *args)
+    written = _cg_written(self, fn_name)
+    token = _written.set(written)
+    try:
+        outputs = _ORIG_CALL(self, fn_name, *args)
+    finally:
+        _written.reset(token)
+    _, static_inputs, _ = self.cuda_graph_cache[self.make_cache_key(fn_name, *args)]
+    for k in written:
+        static, arg = static_inputs[k], args[k]
+        if static is not arg and isinstance(arg, torch.Tensor):
+            arg.copy_(static)  # the graph wrote its private copy of a non-static argument
+    return outputs
+
+
+def _cg_build(self: Any, fn: Callable[..., Any], args: Sequence[Any], static_args_mask: tuple[bool, ...]) -> Any:
+    live = {k for k in _written.get() if k < len(static_args_mask) and static_args_mask[k]}
+    if not live:
+        return _ORIG_BUILD(self, fn, args, static_args_mask)
+
+    def warm_up_on_clones(*static_inputs: Any) -> Any:
+        if not _capturing():  # warm-up runs execute; only the capture may touch the live static buffers
+            static_inputs = tuple(
+                x.clone() if k in live and isinstance(x, torch.Tensor) else x for k, x in enumerate(static_inputs)
+            )
+        return fn(*static_inputs)
+
+    return _ORIG_BUILD(self, warm_up_on_clones, args, static_args_mask)
+
+
+_ORIG_POST_OPT = cudagraph.CUDAGraphTransform.transform_trace_post_optimization
+_ORIG_CALL = cudagraph.CUDAGraphRunner.call_cuda_graph
+_ORIG_BUILD = cudagraph.CUDAGraphRunner.build_cuda_graph
+
+
+# --- the table ------------------------------------------------------------------------------------------------
+def _optional_module(name: str) -> Any | None:
+    """nvFuser's executor module, only when Thunder already loaded it (it needs nvfuser and CUDA)."""
+    return sys.modules.get(name)
+
+
+def _build_patches() -> tuple[Patch, ...]:
+    pipeline.ORIGINALS.update(
+        insert_alias_updates=update_aliases_mod.insert_alias_updates,
+        fuse_bound_symbols=ddp.fuse_bound_symbols,
+        dce=transform_common.dce,
+        rematerialize=remat_mod.rematerialize,
+        find_cut=remat_mod.find_cut,
+    )
+    o = pipeline.ORIGINALS
+    table = [
+        Patch(thunder, "insert_alias_updates", o["insert_alias_updates"], pipeline.record_input_aliases),
+        Patch(ddp, "fuse_bound_symbols", o["fuse_bound_symbols"], pipeline.fuse_bound_symbols),
+        Patch(cudagraph, "fuse_bound_symbols", o["fuse_bound_symbols"], pipeline.fuse_bound_symbols),
+        Patch(transform_common, "dce", o["dce"], pipeline.dce),
+        Patch(thunder, "dce", o["dce"], pipeline.dce),
+        Patch(passes, "dce", o["dce"], pipeline.dce),
+        Patch(torch_compile, "dce", o["dce"], pipeline.dce),
+        Patch(remat_mod, "rematerialize", o["rematerialize"], pipeline.rematerialize),
+        Patch(torch_compile, "rematerialize", o["rematerialize"], pipeline.rematerialize),
+        Patch(remat_mod, "find_cut", o["find_cut"], pipeline.find_cut),
+        Patch(cudagraph.CUDAGraphTransform, "transform_trace_post_optimization", _ORIG_POST_OPT,
+              _cg_transform_post_optimization),
+        Patch(cudagraph.CUDAGraphRunner, "call_cuda_graph", _ORIG_CALL, _cg_call),
+        Patch(cudagraph.CUDAGraphRunner, "build_cuda_graph", _ORIG_BUILD, _cg_build),
+    ]
+    nvfuser = _optional_module("thunder.executors.nvfuserex_impl")
+    if nvfuser is not None:
+        table += [Patch(nvfuser, "dce", o["dce"], pipeline.dce),
+                  Patch(nvfuser, "rematerialize", o["rematerialize"], pipeline.rematerialize)]
+    return tuple(table)
+
+
+PATCHES: tuple[Patch, ...] = _build_patches()
+
+EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "insert_alias_updates": ("computation_trace", "alias_tensor_indices"),
+    "fuse_bound_symbols": ("trace", "merge_func"),
+    "dce": ("trace", "needed_proxies"),
+    "rematerialize": ("trace",),
+    "find_cut": ("external_producer_outputs", "producer", "consumer"),
+    "transform_trace_post_optimization": ("self", "trace", "kwargs"),
+    "call_cuda_graph": ("self", "fn_name", "args"),
+    "build_cuda_graph": ("self", "fn", "args", "static_args_mask"),
+}
+"""Parameter names of every patched Thunder function (lightning-thunder 0.2.6), pinned by the tests: the
+replacements are called with the same arguments."""
+
+_lock = threading.RLock()
+_holders = 0
+
+
+def applied() -> bool:
+    return _holders > 0
+
+
+def apply() -> None:
+    """Install the replacements (reference-counted).
+
+    Raises:
+        RuntimeError: a target is not the function expected (Thunder changed or someone else patched it).
+    """
+    global _holders
+    with _lock:
+        if _holders == 0:
+            stale = [p.where for p in PATCHES if getattr(p.owner, p.name) is not p.original]
+            if stale:
+                raise RuntimeError(
+                    "thunder_ext cannot patch Thunder: these are not the functions it was written against: "
+                    f"{', '.join(stale)}. Check the installed lightning-thunder version (0.2.6 expected) and "
+                    "whether another library patched them; update thunder_ext/_patches.py."
+                )
+            for p in PATCHES:
+                setattr(p.owner, p.name, p.replacement)
+        _holders += 1
+
+
+def restore() -> None:
+    """Release one hold; the last one puts every original back."""
+    global _holders
+    with _lock:
+        if _holders == 0:
+            return
+        _holders -= 1
+        if _holders == 0:
+            for p in PATCHES:
+                setattr(p.owner, p.name, p.original)
+
+
+@contextlib.contextmanager
+def holding() -> Iterator[None]:
+    """Hold the patches for the duration of a block (one ``thunder_ext.jit`` call)."""
+    apply()
+    try:
+        yield
+    finally:
+        restore()
+

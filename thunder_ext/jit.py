@@ -1,0 +1,118 @@
+"""Entry points: :func:`jit`, :func:`install` / :func:`uninstall` / :func:`enabled`, and trace verification.
+
+``thunder_ext.jit(fn, **kwargs)`` is ``thunder.jit`` with the effect pipeline (:mod:`thunder_ext.pipeline`) turned on
+for that function through a compile option, so other ``thunder.jit`` functions in the process are unaffected. It
+accepts every ``thunder.jit`` keyword. ``skip_inplace_alias_updates`` keeps its meaning — thread Thunder's
+``update_aliases`` or not — but defaults to ``True``: the dependency graph orders in-place ops, no SSA threading is
+needed. Internally Thunder's own option is always left off so that Thunder keeps the run-time aliasing of the
+arguments in its cache key (``f(x, y)`` and ``f(x, x.t())`` compile separately) and hands it to the pipeline,
+which records it as the program's input aliases instead of rewriting aliased arguments as reshapes.
+
+The Thunder patches (:mod:`thunder_ext._patches`) are held only while a ``thunder_ext.jit`` function runs, or
+between :func:`install` and :func:`uninstall`, which make *every* ``thunder.jit`` use the pipeline.
+
+``verify=True`` checks, after each compilation, every computation trace against the dependency graph of the first
+(:func:`verify_jitted`), and adds :class:`EffectVerification` to the transforms, which checks the trace after all
+optimizations (including post-optimization transforms such as CUDA graphs) against the trace Thunder starts from.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import thunder
+from thunder.core.module import ThunderModule
+from thunder.core.transform_common import Transform
+
+from . import _patches, pipeline
+
+__all__ = ["jit", "install", "uninstall", "enabled", "EffectVerification", "verify_jitted"]
+
+_installed = False
+
+
+def install() -> None:
+    """Make plain ``thunder.jit`` use the effect pipeline (no ``update_aliases`` threading). Idempotent."""
+    global _installed
+    if not _installed:
+        _patches.apply()
+        pipeline.set_global(True)
+        _installed = True
+
+
+def uninstall() -> None:
+    """Undo :func:`install`; every patched Thunder function is restored once no ``thunder_ext.jit`` call runs."""
+    global _installed
+    if _installed:
+        pipeline.set_global(False)
+        _patches.restore()
+        _installed = False
+
+
+def enabled() -> bool:
+    """Whether :func:`install` is in effect."""
+    return _installed
+
+
+class EffectVerification(Transform):
+    """Checks the optimized computation trace against the effect graph of the trace Thunder starts from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._first: Any = None
+
+    def transform_traces_pre_prologue(self, prologue_trc: Any, computation_trc: Any, epilogue_trc: Any,
+                                      **kwargs: Any) -> tuple[Any, Any, Any]:
+        self._first = computation_trc
+        return prologue_trc, computation_trc, epilogue_trc
+
+    def transform_trace_post_optimization(self, computation_trace: Any, **kwargs: Any) -> Any:
+        if self._first is not None and computation_trace.siginfo().name != "backward_fn":
+            pipeline.verify_traces([self._first, computation_trace], pipeline.current_input_aliases())
+        return computation_trace
+
+
+def verify_jitted(jfn: Callable[..., Any]) -> None:
+    """Check every trace of ``jfn``'s last compilation against the dependency graph of its first trace.
+
+    Raises:
+        effects.OrderViolation: a pass dropped a live effect or broke a dependency edge.
+    """
+    cd = thunder.compile_data(jfn)
+    aliases = getattr(cd, "_thunder_effects_input_aliases", ())
+    pipeline.verify_traces(thunder.last_traces(jfn), aliases)
+
+
+def _held(call: Callable[..., Any], jfn: Any, verify: bool) -> Callable[..., Any]:
+    @functools.wraps(call)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        cs = thunder.compile_stats(jfn)
+        misses = cs.cache_misses if cs is not None else 0
+        with _patches.holding():
+            result = call(*args, **kwargs)
+        if verify and cs is not None and cs.cache_misses != misses:
+            verify_jitted(jfn)
+        return result
+
+    return run
+
+
+def jit(fn: Callable[..., Any], /, *, verify: bool = False, **kwargs: Any) -> Callable[..., Any]:
+    """``thunder.jit(fn, **kwargs)`` with the effect pipeline (see the module docstring).
+
+    ``skip_inplace_alias_updates`` (default ``True``) controls ``update_aliases`` threading; ``verify`` turns on
+    trace verification. Every other keyword goes to ``thunder.jit`` unchanged.
+    """
+    skip_alias_updates = kwargs.pop("skip_inplace_alias_updates", True)
+    transforms = list(kwargs.pop("transforms", None) or [])
+    if verify:
+        transforms.append(EffectVerification())
+    kwargs[pipeline.OPTION] = True
+    kwargs[pipeline.OPTION_ALIAS_UPDATES] = not skip_alias_updates
+    jfn = thunder.jit(fn, transforms=transforms, skip_inplace_alias_updates=False, **kwargs)
+    if isinstance(jfn, ThunderModule):
+        jfn._forward_fn = _held(jfn._forward_fn, jfn, verify)
+        return jfn
+    return _held(jfn, jfn, verify)

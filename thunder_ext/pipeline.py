@@ -1,0 +1,394 @@
+"""The effect-aware pipeline every Thunder fusion pass runs on: partition, DCE, rematerialization guard, CUDA graph
+write-back, input-alias recording and trace verification.
+
+Each function here has the signature of the Thunder function it stands in for (installed by
+:mod:`thunder_ext._patches`) and falls back to that function whenever the pipeline is not *active* — neither
+:func:`thunder_ext.install` nor a ``thunder_ext.jit`` compile option (:data:`OPTION`) asked for it.
+
+* :func:`fuse_bound_symbols` replaces ``data_dependent_partition.fuse_bound_symbols`` for the torchcompile
+  executors, nvFuser and the CUDA graph transform: the trace is adapted (:mod:`thunder_ext.adapter`), its
+  :class:`effects.graph.DependencyGraph` built with the run's input aliases, and :func:`effects.partition.partition`
+  groups fusible bound symbols with the compile option ``fusion_type`` as strategy. Effect edges (RAW, WAR, WAW,
+  resource order, return) constrain the grouping and the order, not only data edges.
+* :func:`dce` replaces ``transform_common.dce``: a bound symbol stays if the effect graph keeps it (it writes
+  visible storage — also from inside a fused region, whose effects are its members' — has a resource effect, is
+  opaque, or feeds something that stays through data/RAW/WAW), if it is tagged ``DONT_DCE``, or if a needed proxy
+  comes from it. Output-less bound symbols are kept when live (Thunder's number-proxy de-duplication drops
+  every bound symbol without outputs, which is what deletes a region that only mutates an argument).
+* :func:`rematerialize` runs Thunder's rematerialization with the cut refused (:func:`find_cut` returns no cut)
+  for every producer/consumer fusion pair where recomputation could observe a write: the producer writes
+  anything (also internally), or the producer's inputs share storage with something written by an instruction
+  from the producer through the consumer.
+* :func:`record_input_aliases` replaces ``insert_alias_updates``: it records which arguments share storage at run
+  time (Thunder's ``alias_tensor_indices``, part of the cache key) as the neutral program's ``input_aliases`` and
+  does not thread ``update_aliases`` (unless :data:`OPTION_ALIAS_UPDATES` is set; aliased arguments are then
+  still never rewritten as reshapes).
+* :func:`written_inputs` gives the CUDA graph runner the inputs a graphed region writes (copy-back, warm-up on
+  clones).
+* :func:`verify_traces` checks every trace of a compilation against the dependency graph of the first.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import effects
+from effects import OrderViolation
+from effects.dce import live_instructions
+from effects.graph import DependencyGraph, EdgeKind
+from effects.partition import partition
+
+from thunder.core.compile_data import get_compile_data, get_compile_option
+from thunder.core.prims import OpTags, PrimIDs
+from thunder.core.proxies import NumberProxyInterface, Proxy, variableify
+from thunder.core.pytree import tree_flatten, tree_map
+from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
+
+from .adapter import AdaptedTrace, adapt, adapt_bsyms, bsym_effects
+
+__all__ = [
+    "OPTION",
+    "OPTION_ALIAS_UPDATES",
+    "active",
+    "set_global",
+    "global_enabled",
+    "current_input_aliases",
+    "record_input_aliases",
+    "fuse_bound_symbols",
+    "dce",
+    "rematerialize",
+    "find_cut",
+    "written_inputs",
+    "verify_traces",
+    "ORIGINALS",
+]
+
+OPTION = "thunder_effects"
+"""Compile option (bool) that turns the effect pipeline on for one ``thunder.jit``."""
+OPTION_ALIAS_UPDATES = "thunder_effects_alias_updates"
+"""Compile option (bool): also thread Thunder's ``update_aliases`` (off by default; the effect graph orders)."""
+
+ORIGINALS: dict[str, Callable[..., Any]] = {}
+"""The Thunder functions this module stands in for, filled by :mod:`thunder_ext._patches` before patching."""
+
+_global = False
+_input_aliases_attr = "_thunder_effects_input_aliases"
+
+
+def set_global(enabled: bool) -> None:
+    global _global
+    _global = bool(enabled)
+
+
+def global_enabled() -> bool:
+    return _global
+
+
+def active() -> bool:
+    """Whether the pipeline applies to the compilation in progress."""
+    if _global:
+        return True
+    if get_compile_data() is None:
+        return False
+    return bool(get_compile_option(OPTION, "Use the thunder-effects pipeline (partition, DCE, remat)."))
+
+
+# --- input aliasing -------------------------------------------------------------------------------------------
+def current_input_aliases() -> tuple[frozenset[str], ...]:
+    cd = get_compile_data()
+    return getattr(cd, _input_aliases_attr, ()) if cd is not None else ()
+
+
+def _alias_groups(trace: TraceCtx, alias_tensor_indices: Sequence[Sequence[int]]) -> tuple[frozenset[str], ...]:
+    flat, _ = tree_flatten((trace.args, trace.kwargs))
+    groups = []
+    for indices in alias_tensor_indices:
+        if any(i >= len(flat) or not isinstance(flat[i], Proxy) for i in indices):
+            # cannot place the group on the trace's arguments: every tensor argument may alias (sound)
+            return (frozenset(p.name for p in flat if isinstance(p, Proxy)),)
+        groups.append(frozenset(flat[i].name for i in indices))
+    return tuple(groups)
+
+
+def record_input_aliases(computation_trace: TraceCtx, alias_tensor_indices: list[list[int]]) -> TraceCtx:
+    """Stand-in for ``thunder.core.update_aliases.insert_alias_updates``."""
+    original = ORIGINALS["insert_alias_updates"]
+    if not active():
+        return original(computation_trace, alias_tensor_indices)
+    cd = get_compile_data()
+    if cd is not None:
+        setattr(cd, _input_aliases_attr, _alias_groups(computation_trace, alias_tensor_indices))
+    if get_compile_option(OPTION_ALIAS_UPDATES, "Also thread update_aliases (thunder-effects)."):
+        return original(computation_trace, [])
+    return computation_trace
+
+
+def _adapt(trace: TraceCtx) -> tuple[AdaptedTrace, DependencyGraph]:
+    adapted = adapt(trace, input_aliases=current_input_aliases())
+    return adapted, DependencyGraph.build(adapted.program)
+
+
+# --- partition ------------------------------------------------------------------------------------------------
+def _node(bsym: BoundSymbol) -> Any:
+    from thunder.executors.data_dependent_partition import Node
+
+    return Node(0, [bsym], [0], 0, 0, BoundSymbolTag.BACKWARD in bsym.tags)
+
+
+def fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]) -> list[list[BoundSymbol]]:
+    """Stand-in for ``data_dependent_partition.fuse_bound_symbols``: groups in a valid execution order."""
+    if not active():
+        return ORIGINALS["fuse_bound_symbols"](trace, merge_func)
+    adapted, graph = _adapt(trace)
+    nodes = {id(inst): _node(b) for inst, b in zip(adapted.program.instructions, adapted.bsyms)}
+
+    def fusible(inst: effects.Instruction) -> bool:
+        node = nodes[id(inst)]
+        return bool(merge_func(node, node))
+
+    def can_fuse(a: effects.Instruction, b: effects.Instruction) -> bool:
+        return bool(merge_func(nodes[id(a)], nodes[id(b)]))
+
+    strategy = get_compile_option("fusion_type", "Choose the type of fusion to use") or "consecutive"
+    parts = partition(graph, fusible, strategy=strategy, can_fuse=can_fuse)
+    groups = [[b] for b in adapted.prefix]
+    groups += [[adapted.bsyms[m] for m in region.members] for region in parts.regions]
+    if adapted.return_bsym is not None:
+        groups.append([adapted.return_bsym])
+    return groups
+
+
+# --- dead code elimination ------------------------------------------------------------------------------------
+_KEEPS_ALIVE = (EdgeKind.DATA, EdgeKind.RAW, EdgeKind.WAW)
+
+
+def _close_liveness(graph: DependencyGraph, roots: set[int]) -> set[int]:
+    src, _, kind, _ = graph.edge_lists()
+    live = set(roots)
+    stack = list(roots)
+    while stack:
+        v = stack.pop()
+        for e in graph.pred_edge_range(v):
+            if kind[e] in _KEEPS_ALIVE and src[e] not in live:
+                live.add(src[e])
+                stack.append(src[e])
+    return live
+
+
+def _dedup_number_proxies(bsyms: Iterable[BoundSymbol]) -> list[BoundSymbol]:
+    """Drop repeated extractions of the same number proxy (symbolic shapes); keep bound symbols without outputs."""
+    seen: set[str] = set()
+
+    def keep_or_swap(p: object) -> object:
+        if not isinstance(p, NumberProxyInterface):
+            return p
+        if p.name in seen:
+            return p.value
+        seen.add(p.name)
+        return p
+
+    result = []
+    for bsym in bsyms:
+        outs = bsym.flat_outs
+        if outs and all(isinstance(o, NumberProxyInterface) and o.name in seen for o in outs):
+            continue
+        result.append(bsym.from_bsym(output=tree_map(keep_or_swap, bsym.output)))
+    return result
+
+
+def dce(trace: TraceCtx, needed_proxies: set | None = None) -> TraceCtx:
+    """Stand-in for ``transform_common.dce`` (same in/out contract for ``needed_proxies``)."""
+    if not active():
+        return ORIGINALS["dce"](trace, needed_proxies)
+    from thunder.core.transform_common import _remove_noop_subsymbols
+
+    adapted, graph = _adapt(trace)
+    flat_out, _ = tree_flatten(trace.output)
+    needed = {p.name for p in flat_out if isinstance(p, Proxy)}
+    if needed_proxies is not None:
+        needed |= {v.proxy.name for v in needed_proxies}
+    roots = set(live_instructions(graph))
+    for i, bsym in enumerate(adapted.bsyms):
+        if has_tags(bsym, {OpTags.DONT_DCE}) or any(o.name in needed for o in bsym.flat_proxy_outs):
+            roots.add(i)
+    live = _close_liveness(graph, roots)
+    index = {id(b): i for i, b in enumerate(adapted.bsyms)}
+
+    kept: list[BoundSymbol] = []
+    for bsym in reversed(trace.bound_symbols):
+        i = index.get(id(bsym))
+        keep = (
+            (i is not None and i in live)
+            or bsym.sym.id is PrimIDs.RETURN
+            or has_tags(bsym, {OpTags.DONT_DCE})
+            or any(o.name in needed for o in bsym.flat_proxy_outs)
+        )
+        if keep:
+            _remove_noop_subsymbols(bsym)
+            kept.append(bsym)
+            needed |= {p.name for p in bsym.flat_proxy_args}
+    if needed_proxies is not None:
+        needed_proxies.update(variableify(p) for b in kept for p in b.flat_proxy_args)
+    result = from_trace(trace)
+    result.bound_symbols = _dedup_number_proxies(reversed(kept))
+    result.set_provenance(TraceProvenance("Effect-aware dead code elimination (thunder-effects)"))
+    return result
+
+
+# --- rematerialization --------------------------------------------------------------------------------------------
+_unsafe_pairs: contextvars.ContextVar[frozenset[tuple[str, str]] | None] = contextvars.ContextVar(
+    "thunder_effects_unsafe_remat_pairs", default=None
+)
+
+
+def _writes_inside(bsym: BoundSymbol) -> bool:
+    return any(bsym_effects(sub).opaque or bsym_effects(sub).written for sub in bsym.subsymbols)
+
+
+def _written_classes(graph: DependencyGraph, i: int) -> set[int] | None:
+    """Storage classes instruction ``i`` writes; ``None`` for opaque (writes anything)."""
+    eff = graph.effects(i)
+    if eff.opaque:
+        return None
+    inst = graph.program.instructions[i]
+    from effects.program import operand_values
+
+    return {graph.storage.storage(v) for k in eff.written for v in operand_values(inst.inputs[k])}
+
+
+def unsafe_remat_pairs(trace: TraceCtx) -> frozenset[tuple[str, str]]:
+    """(producer, consumer) fusion names whose rematerialization could recompute across a write."""
+    adapted, graph = _adapt(trace)
+    fusions = [i for i, b in enumerate(adapted.bsyms) if b.sym.is_fusion]
+    writes = [_written_classes(graph, i) for i in range(graph.n)]
+    internal = {i: _writes_inside(adapted.bsyms[i]) for i in fusions}
+    unsafe = set()
+    for p in fusions:
+        producer = adapted.bsyms[p]
+        reads = {graph.storage.storage(v) for v in graph.program.instructions[p].input_values()}
+        hazard = internal[p]
+        for j in range(p, graph.n):
+            w = writes[j]
+            hazard = hazard or w is None or bool(w & reads)
+            if j != p and j in internal:
+                if hazard or internal[j]:
+                    unsafe.add((producer.sym.name, adapted.bsyms[j].sym.name))
+    return frozenset(unsafe)
+
+
+def rematerialize(trace: TraceCtx) -> TraceCtx:
+    """Stand-in for ``rematerialization.rematerialize``: Thunder's algorithm, minus unsafe cuts."""
+    if not active():
+        return ORIGINALS["rematerialize"](trace)
+    token = _unsafe_pairs.set(unsafe_remat_pairs(trace))
+    try:
+        return ORIGINALS["rematerialize"](trace)
+    finally:
+        _unsafe_pairs.reset(token)
+
+
+def find_cut(external_producer_outputs: Sequence[Any], producer: BoundSymbol, consumer: BoundSymbol) -> Sequence[Any]:
+    """Stand-in for ``rematerialization.find_cut``: no cut for the pairs :func:`rematerialize` marked unsafe."""
+    unsafe = _unsafe_pairs.get()
+    if unsafe is not None and (producer.sym.name, consumer.sym.name) in unsafe:
+        return ()
+    return ORIGINALS["find_cut"](external_producer_outputs, producer, consumer)
+
+
+# --- CUDA graphs ----------------------------------------------------------------------------------------------
+def written_inputs(bsyms: Sequence[BoundSymbol], inputs: Sequence[Any]) -> frozenset[int]:
+    """Positions of ``inputs`` a graphed region writes (``del`` ends a name's life and is not a write here)."""
+    body = [b for b in bsyms if b.sym.id is not PrimIDs.DEL]
+    adapted = adapt_bsyms(body, args=inputs)
+    graph = DependencyGraph.build(adapted.program)
+    position = {p.name: k for k, p in enumerate(inputs) if isinstance(p, Proxy)}
+    written: set[int] = set()
+    for i in range(graph.n):
+        classes = _written_classes(graph, i)
+        for name, k in position.items():
+            if classes is None or graph.storage.storage(name) in classes:
+                written.add(k)
+    return frozenset(written)
+
+
+# --- verification ---------------------------------------------------------------------------------------------
+def _positions(trace: TraceCtx) -> dict[str, list[tuple[int, ...]]]:
+    """Every place a proxy name is computed in ``trace``: the innermost (sub)symbol path that produces it."""
+    found: dict[str, list[tuple[int, ...]]] = {}
+
+    def visit(bsym: BoundSymbol, path: tuple[int, ...]) -> set[str]:
+        inner: set[str] = set()
+        for k, sub in enumerate(bsym.subsymbols):
+            inner |= visit(sub, (*path, k))
+        for out in bsym.flat_proxy_outs:
+            if out.name not in inner:
+                found.setdefault(out.name, []).append(path)
+                inner.add(out.name)
+        return inner
+
+    for i, bsym in enumerate(trace.bound_symbols):
+        visit(bsym, (i,))
+    return found
+
+
+def _written_inputs_of(adapted: AdaptedTrace, graph: DependencyGraph) -> dict[str, int]:
+    """Input name -> a live instruction that writes its storage."""
+    inputs = adapted.program.inputs
+    found: dict[str, int] = {}
+    for i in sorted(live_instructions(graph)):
+        classes = _written_classes(graph, i)
+        for name in inputs:
+            if name not in found and (classes is None or graph.storage.storage(name) in classes):
+                found[name] = i
+    return found
+
+
+def verify_traces(traces: Sequence[TraceCtx], input_aliases: Iterable[Iterable[str]] = ()) -> None:
+    """Check that every trace keeps the writes and respects the dependency edges of ``traces[0]``.
+
+    * Every argument the first trace writes (live) must still be written by every later trace (checked on the
+      effects of the later trace, so renaming, decomposition and fusion do not matter).
+    * Instructions are matched across traces by the proxies they produce (Thunder mostly keeps names through
+      executor claiming and fusion; unmatched instructions are skipped). For every non-data edge ``a -> b``
+      between matched instructions, every place ``a`` is (re)computed must come before every place ``b`` is
+      (so a rematerialized read after a write is caught).
+
+    Raises:
+        OrderViolation: naming the trace (its provenance), the instructions, and why the edge exists.
+    """
+    if not traces:
+        return
+    groups = tuple(input_aliases)
+    adapted = adapt(traces[0], input_aliases=groups)
+    graph = DependencyGraph.build(adapted.program)
+    insts = adapted.program.instructions
+    first_writes = _written_inputs_of(adapted, graph)
+    for trace in traces[1:]:
+        label = str(trace.get_provenance() or "trace").strip()
+        later = adapt(trace, input_aliases=groups)
+        later_writes = _written_inputs_of(later, DependencyGraph.build(later.program))
+        for name, i in first_writes.items():
+            if name in later.program.inputs and name not in later_writes:
+                raise OrderViolation(
+                    f"{label}: argument {name!r} is written by instruction {i} ({insts[i]}) of the first trace, "
+                    "but nothing in this trace writes it: a pass deleted a live write. Check the DCE and fusion "
+                    "passes that produced this trace."
+                )
+        where = _positions(trace)
+
+        def places(i: int) -> list[tuple[int, ...]]:
+            return [p for out in insts[i].outputs for p in where.get(out, ())]
+
+        for edge in graph.edges:
+            if edge.dst == graph.end or edge.kind is EdgeKind.DATA:
+                continue  # data order is checked by Thunder itself when the trace is generated
+            before, after = places(edge.src), places(edge.dst)
+            if before and after and max(before) > min(after):
+                raise OrderViolation(
+                    f"{label}: {edge.kind.name} edge violated: instruction {edge.src} ({insts[edge.src]}) must run "
+                    f"before instruction {edge.dst} ({insts[edge.dst]}), but it runs at {max(before)} and the "
+                    f"other at {min(after)}.\nWhy: {graph.explain(edge.src, edge.dst)}"
+                )
