@@ -1,0 +1,45 @@
+"""The Thunder patches: identities and signatures pinned (fail loudly when Thunder changes), reversible."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+pytest.importorskip("thunder")
+
+import thunder_ext  # noqa: E402,F401
+from thunder_ext import _patches, pipeline  # noqa: E402
+
+
+@pytest.mark.parametrize("patch", _patches.PATCHES, ids=lambda p: p.where)
+def test_target_is_the_expected_thunder_function(patch):
+    assert not _patches.applied()
+    assert getattr(patch.owner, patch.name) is patch.original, (
+        f"{patch.where} is no longer the function thunder_ext patches; Thunder changed: update _patches.py"
+    )
+
+
+@pytest.mark.parametrize("patch", _patches.PATCHES, ids=lambda p: p.where)
+def test_signature_is_pinned(patch):
+    params = tuple(inspect.signature(patch.original).parameters)
+    assert params == _patches.EXPECTED_PARAMETERS[patch.name], f"{patch.where} changed its parameters"
+    replacement = tuple(inspect.signature(patch.replacement).parameters)
+    assert replacement == params, f"replacement of {patch.where} must take the same parameters"
+
+
+def test_apply_and_restore_are_reference_counted():
+    with _patches.holding():
+        with _patches.holding():
+            assert all(getattr(p.owner, p.name) is p.replacement for p in _patches.PATCHES)
+        assert _patches.applied()
+    assert not _patches.applied()
+    assert all(getattr(p.owner, p.name) is p.original for p in _patches.PATCHES)
+
+
+def test_apply_refuses_a_foreign_patch(monkeypatch):
+    patch = _patches.PATCHES[0]
+    monkeypatch.setattr(patch.owner, patch.name, lambda *a: None)
+    with pytest.raises(RuntimeError, match="cannot patch Thunder"):
+        _patches.apply()
+    assert not _patches.applied()
