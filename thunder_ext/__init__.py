@@ -27,3 +27,16 @@ from .jit import EffectVerification, enabled, install, jit, uninstall, verify_ji
 
 __all__ = ["thunder", "jit", "install", "uninstall", "enabled", "EffectVerification", "verify_jitted", "coverage",
            "key_of", "impl_key"]
+
+from .plugin import (  # noqa: E402  (executor plugin API)
+    CheckEffects,
+    DroppedEffectError,
+    OperatorExecutor,
+    check_executor,
+    declare_effects,
+    register_implementation,
+    register_operator,
+)
+
+__all__ += ["OperatorExecutor", "register_operator", "register_implementation", "declare_effects", "check_executor",
+            "CheckEffects", "DroppedEffectError"]

@@ -358,3 +358,44 @@ def test_declared_executor_ops_are_ordered_correctly(data: st.DataObject, case: 
 
     graph = DependencyGraph.build(case.program, effects_of=executor_effects)
     Oracle(case).check_order(data.draw(schedules(graph, returns=True), label="order"))
+
+
+# --- through thunder_ext.jit ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+def test_undeclared_mutating_op_of_another_executor_stays_correct(fusion_type: str) -> None:
+    other = new_executor()
+    sneaky = other.register_operator("sneaky_mul_", meta=binary_meta, fn=lambda a, b: a.mul_(b))
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        before = a * 2
+        sneaky(a, b)  # writes a; its result is unused and nobody declared anything
+        return before + a
+
+    a, b = torch.ones(3), torch.full((3,), 3.0)
+    expected_a = a.clone()
+    expected = (expected_a * 2) + expected_a.mul_(b)
+    out = thunder_ext.jit(f, executors=[other, "torchcompile"], fusion_type=fusion_type)(a, b)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(a, expected_a)
+
+
+@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+def test_declared_executor_op_is_ordered_in_a_jitted_program(fusion_type: str) -> None:
+    ex = new_executor()
+    op = ex.register_operator("vendor_index_copy_", like=ltorch.index_copy_,
+                              fn=lambda a, dim, index, source: a.index_copy_(dim, index, source))
+    ex.register_implementation(ltorch.index_copy_, op)
+
+    def f(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        before = x.sin()  # read before the write (WAR)
+        x.index_copy_(0, index, source)
+        return before + x.cos()  # read after it (RAW)
+
+    x, index, source = torch.arange(4.0), torch.tensor([3, 1]), torch.ones(2)
+    expected_x = x.clone()
+    expected = f(expected_x, index, source)
+    with declare_effects(ex, ltorch.index_copy_, read_writes=["a"], aliases=[(0, "a")]):
+        jitted = thunder_ext.jit(f, executors=[ex, "torchcompile"], fusion_type=fusion_type)
+        torch.testing.assert_close(jitted(x, index, source), expected)
+    torch.testing.assert_close(x, expected_x)
+    assert "vendor_index_copy_" in str(thunder.last_traces(jitted)[-1])
