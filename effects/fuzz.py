@@ -69,6 +69,7 @@ def fuzz(
     seed_value: int = 0,
     schedules_per_program: int = 2,
     check_partitions: bool = True,
+    check_fused_orders: bool = True,
     check_dce: bool = True,
     shrink: bool = True,
     registry: Registry | None = None,
@@ -83,7 +84,8 @@ def fuzz(
 
     def check(case: Case, data: st.DataObject) -> None:
         try:
-            counts = _check_case(case, data, reg, schedules_per_program, check_partitions, check_dce)
+            counts = _check_case(case, data, reg, schedules_per_program, check_partitions, check_fused_orders,
+                                 check_dce)
         except Mismatch:
             stats.programs += 1
             if stats.first_mismatch_at is None:
@@ -108,7 +110,7 @@ def fuzz(
     return FuzzResult(stats, None)
 
 
-def _check_case(case: Case, data: st.DataObject, reg: Registry, k: int, parts: bool,
+def _check_case(case: Case, data: st.DataObject, reg: Registry, k: int, parts: bool, fused_orders: bool,
                 deadcode: bool) -> tuple[int, int, int]:
     """Check one case; return how many schedules, partitions and DCE runs it checked."""
     oracle = Oracle(case)
@@ -117,8 +119,9 @@ def _check_case(case: Case, data: st.DataObject, reg: Registry, k: int, parts: b
         oracle.check_order(data.draw(schedules(graph, returns=j % 2 == 1)))
     if parts:
         fused = oracle.check_partition(data.draw(partitions(graph)))
-        fused_graph = DependencyGraph.build(fused, reg)
-        oracle.check_program(reorder(fused, data.draw(schedules(fused_graph))), what="reordered fused")
+        if fused_orders:
+            fused_graph = DependencyGraph.build(fused, reg)
+            oracle.check_program(reorder(fused, data.draw(schedules(fused_graph))), what="reordered fused")
     if deadcode:
         oracle.check_program(dce(case.program, reg), what="dead-code-eliminated")
     return k, int(parts), int(deadcode)
@@ -136,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--schedules", type=int, default=2, help="valid orders checked per program (default 2)")
     parser.add_argument("--no-partitions", action="store_true", help="skip the partition checks")
+    parser.add_argument("--no-fused-orders", action="store_true",
+                        help="skip reordering the fused program by its own graph (region effects)")
     parser.add_argument("--no-dce", action="store_true", help="skip the dead-code-elimination check")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
@@ -148,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             print(_bar(stats, args.examples), end="", file=sys.stderr, flush=True)
 
     result = fuzz(examples=args.examples, seed_value=args.seed, schedules_per_program=args.schedules,
-                  check_partitions=not args.no_partitions, check_dce=not args.no_dce,
+                  check_partitions=not args.no_partitions, check_fused_orders=not args.no_fused_orders,
+                  check_dce=not args.no_dce,
                   progress=None if args.quiet else progress)
     if not args.quiet:
         print(_bar(result.stats, args.examples), file=sys.stderr)

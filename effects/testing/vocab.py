@@ -138,9 +138,11 @@ class Env:
         """A defined value satisfying ``accept``; pick 0 is the most recent one."""
         return picks.choose([v for v in reversed(self.values) if accept(v[1])])
 
-    def fresh(self, shape: tuple[int, ...], dtype: str = "float32") -> TensorMeta:
-        """Metadata of a newly allocated result."""
-        return TensorMeta(tuple(shape), dtype, next(self._storages))
+    def fresh(self, shape: tuple[int, ...], dtype: str = "float32", *, like: Sequence[TensorMeta] = ()) -> TensorMeta:
+        """Metadata of a newly allocated result computed from ``like``: torch gives an elementwise result the
+        layout of its inputs, so it is known contiguous only if they all are and none is broadcast."""
+        contiguous = all(m.contiguous and m.shape == tuple(shape) for m in like)
+        return TensorMeta(tuple(shape), dtype, next(self._storages), contiguous=contiguous)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,18 +241,19 @@ def _view_meta(x: TensorMeta, shape: tuple[int, ...], contiguous: bool) -> Tenso
 # --- builders: pure ------------------------------------------------------------------------------------------
 def _unary(env: Env, p: Picks) -> Built | None:
     x = env.pick(p, _float)
-    return x and Built((x[0],), env.fresh(x[1].shape))
+    return x and Built((x[0],), env.fresh(x[1].shape, like=[x[1]]))
 
 
 def _binary(env: Env, p: Picks) -> Built | None:
     x = env.pick(p, _float)
     y = x and env.pick(p, lambda m: m.is_float and broadcast(m.shape, x[1].shape) is not None)
-    return y and Built((x[0], y[0]), env.fresh(broadcast(x[1].shape, y[1].shape)))  # type: ignore[arg-type]
+    shape = broadcast(x[1].shape, y[1].shape) if y else ()
+    return y and Built((x[0], y[0]), env.fresh(shape, like=[x[1], y[1]]))  # type: ignore[arg-type]
 
 
 def _gt(env: Env, p: Picks) -> Built | None:
     x = env.pick(p, _float)
-    return x and Built((x[0], Const(p.choose((0.0, 0.5, -0.5)))), env.fresh(x[1].shape, "bool"))
+    return x and Built((x[0], Const(p.choose((0.0, 0.5, -0.5)))), env.fresh(x[1].shape, "bool", like=[x[1]]))
 
 
 def _where(env: Env, p: Picks) -> Built | None:
@@ -260,7 +263,8 @@ def _where(env: Env, p: Picks) -> Built | None:
         return None
     cx = broadcast(c[1].shape, x[1].shape)
     y = env.pick(p, lambda m: m.is_float and broadcast(m.shape, cx) is not None)  # type: ignore[arg-type]
-    return y and Built((c[0], x[0], y[0]), env.fresh(broadcast(cx, y[1].shape)))  # type: ignore[arg-type]
+    shape = broadcast(cx, y[1].shape) if y else ()  # type: ignore[arg-type]
+    return y and Built((c[0], x[0], y[0]), env.fresh(shape, like=[c[1], x[1], y[1]]))  # type: ignore[arg-type]
 
 
 def _sum(env: Env, p: Picks) -> Built | None:
@@ -270,7 +274,8 @@ def _sum(env: Env, p: Picks) -> Built | None:
     dim, keepdim = p.below(x[1].ndim), bool(p.below(2))
     shape = list(x[1].shape)
     shape[dim:dim + 1] = [1] if keepdim else []
-    return Built((x[0], Const((dim,)), Const(keepdim)), env.fresh(tuple(shape)))
+    out = replace(env.fresh(tuple(shape)), contiguous=x[1].contiguous)  # a reduction keeps the input's layout
+    return Built((x[0], Const((dim,)), Const(keepdim)), out)
 
 
 def _matmul(env: Env, p: Picks) -> Built | None:
@@ -281,7 +286,7 @@ def _matmul(env: Env, p: Picks) -> Built | None:
 
 def _clone(env: Env, p: Picks) -> Built | None:
     x = env.pick(p, lambda m: True)
-    return x and Built((x[0],), env.fresh(x[1].shape, x[1].dtype))
+    return x and Built((x[0],), env.fresh(x[1].shape, x[1].dtype, like=[x[1]]))  # clone keeps dense layouts
 
 
 # --- builders: views ------------------------------------------------------------------------------------------
@@ -298,7 +303,7 @@ def _reshape(env: Env, p: Picks) -> Built | None:
     if not x:
         return None
     shape = p.choose(_reshapes(x[1].numel))
-    return Built((x[0], Const(shape)), _view_meta(x[1], shape, True))
+    return Built((x[0], Const(shape)), _view_meta(x[1], shape, x[1].contiguous))  # a view if it can be
 
 
 def _t(env: Env, p: Picks) -> Built | None:
@@ -387,7 +392,8 @@ def _index_copy(env: Env, p: Picks) -> Built | None:
     meta, dim = x[1], p.below(x[1].ndim)
 
     def fits(m: TensorMeta) -> bool:
-        return (m.is_float and m.storage != meta.storage and m.ndim == meta.ndim and 1 <= m.shape[dim] <= meta.shape[dim]
+        return (m.is_float and m.storage != meta.storage and m.ndim == meta.ndim
+                and 1 <= m.shape[dim] <= meta.shape[dim]
                 and all(a == b for d, (a, b) in enumerate(zip(m.shape, meta.shape)) if d != dim))
 
     src = env.pick(p, fits)
@@ -422,7 +428,7 @@ def _uniform(env: Env, p: Picks) -> Built | None:
 def _normal(env: Env, p: Picks) -> Built | None:
     x = env.pick(p, _float)
     gen = p.choose(env.generators)
-    return x and gen and Built((x[0], Const(0.5), Const(GeneratorRef(gen))), env.fresh(x[1].shape))
+    return x and gen and Built((x[0], Const(0.5), Const(GeneratorRef(gen))), env.fresh(x[1].shape, like=[x[1]]))
 
 
 def opaque_axpy_(y: torch.Tensor, x: torch.Tensor) -> None:
