@@ -171,7 +171,10 @@ def effects_for(
         lists = {key: (*given, *spec.get(key, ())) for key, given in lists.items()}
         spec = None
     if isinstance(spec, str):
-        spec = torch._C.parse_schema(spec)
+        try:
+            spec = torch._C.parse_schema(spec)
+        except RuntimeError as error:
+            raise InvalidDeclaration(f"{op}: cannot parse the schema {spec!r}: {error}") from None
     if isinstance(spec, torch._C.FunctionSchema):
         parts.append(_matched(*from_schema(spec), signature, op))
     elif isinstance(spec, Effects):
@@ -189,7 +192,10 @@ def effects_for(
 
 
 def missing_effects(required: Effects, provided: Effects) -> list[str]:
-    """The effects of ``required`` that ``provided`` drops (empty when it covers them). Unknown covers all."""
+    """The effects of ``required`` that ``provided`` drops (empty when it covers them).
+
+    An unknown (opaque) symbol requires nothing we could check; an opaque implementation covers everything.
+    """
     if required.opaque or provided.opaque:
         return []
     missing = []
