@@ -38,3 +38,15 @@ def _default_registry_unchanged():
     before = effects.default_registry().snapshot()
     yield
     assert effects.default_registry().snapshot() == before, "test leaked declarations into default_registry()"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests marked ``cuda`` when no CUDA device is available (CI), with the reason shown by ``-ra``."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,316 @@
+"""Benchmark (a): the effect pipeline vs stock Thunder's in-place handling and fusion pass, on the same traces.
+
+Programs: chains of in-place ops, ``iters`` repetitions of ``a.add_(b); c = a * 0.5; b.mul_(c)`` on two
+arguments, traced once per size with ``thunder.common.trace`` (linear-time tracing; ``thunder.jit``'s own tracing
+is itself superlinear at these sizes) and wrapped the way ``thunder.jit`` wraps computation traces (arguments
+returned with the output). Sizes are the number of bound symbols of that trace (3 per repetition).
+
+Both sides then run the same Thunder code on the same trace, inside a compile-data context carrying
+``fusion_type``:
+
+* **stock** — ``insert_alias_updates`` (``update_aliases`` SSA threading), Thunder's operator-executor
+  transform (not timed), then ``TorchCompileExecutor.fusion_pass`` (``fuse_bound_symbols``, region building,
+  rematerialization, DCE);
+* **thunder_ext** — the same calls with :func:`thunder_ext.install` in effect: the alias step only records input
+  aliases, and ``fusion_pass`` runs the effect pipeline (adapter, dependency graph, partition, DCE and the
+  rematerialization guard) in place of Thunder's partitioner, DCE and remat.
+
+Partitioner alone: Thunder's ``fuse_bound_symbols`` vs :func:`thunder_ext.pipeline.fuse_bound_symbols` on the
+operator-transformed trace (without ``update_aliases``), consecutive and dataflow.
+
+Stock measurements run in a forked child process killed after ``--cap`` seconds per size; a killed stage is
+reported as ``> cap`` (a measured lower bound) and larger sizes are not attempted for it. Nothing is
+extrapolated. Each timing is the median of ``--repeats`` runs (stock stages that take over 5 s run once).
+
+Usage: ``python -m benchmarks.partition_vs_thunder [--sizes 1000 4800 ...] [--cap 120] [--repeats 3]``.
+Writes ``benchmarks/results/partition_vs_thunder.{json,md,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script from a checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+import thunder_ext  # noqa: E402  (applies the import shim before thunder)
+import thunder  # noqa: E402
+from thunder.common import CompileData, CompileStats  # noqa: E402
+from thunder.common import trace as thunder_trace  # noqa: E402
+from thunder.core import update_aliases  # noqa: E402
+from thunder.core.compile_data import compile_data_and_stats  # noqa: E402
+from thunder.core.transform_common import wrap_return_value_together_with_arguments  # noqa: E402
+from thunder.executors import data_dependent_partition  # noqa: E402
+from thunder.executors.passes import _transform_for_operator_executor_execution  # noqa: E402
+from thunder.executors.torch_compile import torch_compile_ex  # noqa: E402
+
+from benchmarks.common import RESULTS_DIR, environment, markdown_table, write_results  # noqa: E402
+from thunder_ext import pipeline  # noqa: E402
+
+DEFAULT_SIZES = (1_000, 2_000, 4_800, 10_000, 20_000, 50_000)
+EXECUTORS = (torch_compile_ex, thunder.extend.get_executor("torch"), thunder.extend.get_executor("python"))
+
+
+def chain_program(iters: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    def chain(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        for _ in range(iters):
+            a.add_(b)
+            c = a * 0.5
+            b.mul_(c)
+        return a
+
+    return chain
+
+
+def build_trace(bsyms: int) -> Any:
+    """The wrapped computation trace of a chain with about ``bsyms`` bound symbols."""
+    iters = max(1, bsyms // 3)
+    trc = thunder_trace()(chain_program(iters), torch.randn(4), torch.randn(4))
+    return wrap_return_value_together_with_arguments(trc)
+
+
+@contextmanager
+def compile_context(fusion_type: str) -> Iterator[None]:
+    """The compile data ``thunder.jit`` would set, with ``fusion_type`` as its compile option."""
+    cd = CompileData(fn=build_trace, executors_list=EXECUTORS, disable_preprocessing=True,
+                     compile_options={"fusion_type": fusion_type})
+    with compile_data_and_stats(cd, CompileStats()):
+        yield
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def _median(fn: Callable[[], Any], repeats: int) -> tuple[Any, float]:
+    result, first = _timed(fn)
+    samples = [first]
+    if first < 5.0:
+        for _ in range(repeats - 1):
+            result, t = _timed(fn)
+            samples.append(t)
+    return result, statistics.median(samples)
+
+
+def _fusion_stats(trace: Any) -> dict[str, int]:
+    bsyms = trace.bound_symbols
+    return {"bound_symbols": len(bsyms), "fusion_regions": sum(1 for b in bsyms if b.sym.is_fusion)}
+
+
+# --- stock (in a child process, capped) ------------------------------------------------------------------------
+def _stock_child(conn: Connection, trace: Any, repeats: int, partitioners: bool) -> None:
+    with compile_context("consecutive"):
+        aliased, t_alias = _median(lambda: update_aliases.insert_alias_updates(trace, []), repeats)
+        conn.send(("alias_s", t_alias))
+        ex = _transform_for_operator_executor_execution(aliased, EXECUTORS)
+        fused, t_fusion = _median(lambda: torch_compile_ex.fusion_pass(ex), repeats)
+        conn.send(("fusion_pass_s", t_fusion))
+        conn.send(("final", _fusion_stats(fused)))
+    if partitioners:
+        plain = _transform_for_operator_executor_execution(trace, EXECUTORS)
+        for strategy in ("consecutive", "dataflow"):
+            with compile_context(strategy):
+                _, t = _median(lambda: data_dependent_partition.fuse_bound_symbols(plain, _merge), repeats)
+            conn.send((f"partition_{strategy}_s", t))
+    conn.send(("done", True))
+
+
+def _merge(a: Any, b: Any) -> bool:
+    """The torchcompile executor's merge predicate (``TorchCompileExecutor.fusion_pass``)."""
+    return all(len(n.group_bsyms) > 1 or torch_compile_ex.can_fuse(n.group_bsyms[0]) for n in (a, b))
+
+
+@dataclass
+class StockResult:
+    values: dict[str, Any] = field(default_factory=dict)
+    killed_after_s: float | None = None  # set when the cap killed the child
+
+
+def run_stock(trace: Any, repeats: int, cap: float, partitioners: bool) -> StockResult:
+    """Run the stock stages in a forked child; stop it after ``cap`` seconds."""
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_stock_child, args=(child, trace, repeats, partitioners), daemon=True)
+    result = StockResult()
+    start = time.perf_counter()
+    proc.start()
+    child.close()
+    while True:
+        remaining = cap - (time.perf_counter() - start)
+        if remaining <= 0 or not parent.poll(remaining):
+            if proc.is_alive():
+                proc.kill()
+                result.killed_after_s = time.perf_counter() - start
+            break
+        try:
+            key, value = parent.recv()
+        except EOFError:
+            break
+        if key == "done":
+            break
+        result.values[key] = value
+    proc.join()
+    return result
+
+
+# --- thunder_ext ----------------------------------------------------------------------------------------------
+def run_ext(trace: Any, repeats: int, partitioners: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    thunder_ext.install()
+    try:
+        with compile_context("consecutive"):
+            recorded, out["alias_s"] = _median(lambda: pipeline.record_input_aliases(trace, []), repeats)
+            ex = _transform_for_operator_executor_execution(recorded, EXECUTORS)
+            fused, out["fusion_pass_s"] = _median(lambda: torch_compile_ex.fusion_pass(ex), repeats)
+            out["final"] = _fusion_stats(fused)
+        if partitioners:
+            for strategy in ("consecutive", "dataflow"):
+                with compile_context(strategy):
+                    _, out[f"partition_{strategy}_s"] = _median(
+                        lambda: pipeline.fuse_bound_symbols(ex, _merge), repeats)
+    finally:
+        thunder_ext.uninstall()
+    return out
+
+
+# --- report ---------------------------------------------------------------------------------------------------
+def _fmt(value: float | None, killed: float | None = None) -> str:
+    if value is not None:
+        return f"{value:.3f}"
+    return f"> {killed:.0f} (killed)" if killed is not None else "not run"
+
+
+def report(rows: list[dict[str, Any]], cap: float) -> str:
+    headers = ["bound symbols", "tracing s", "stock update_aliases s", "stock fusion_pass s", "stock total s",
+               "ext aliases s", "ext fusion_pass s", "ext total s", "speedup", "ext µs/bsym",
+               "regions stock/ext", "final bsyms stock/ext"]
+    body = []
+    for r in rows:
+        s, e = r["stock"], r["ext"]
+        stock_total = (s["alias_s"] + s["fusion_pass_s"]) if "fusion_pass_s" in s else None
+        ext_total = e["alias_s"] + e["fusion_pass_s"]
+        killed = r.get("stock_killed_after_s")
+        killed_in_alias = killed if "alias_s" not in s else None
+        killed_in_fusion = killed if "alias_s" in s and "fusion_pass_s" not in s else None
+        sf, ef = s.get("final", {}), e["final"]
+        body.append([
+            f"{r['bound_symbols']:,}", f"{r['tracing_s']:.2f}", _fmt(s.get("alias_s"), killed_in_alias),
+            _fmt(s.get("fusion_pass_s"), killed_in_fusion),
+            _fmt(stock_total), f"{e['alias_s']:.4f}", f"{e['fusion_pass_s']:.3f}", f"{ext_total:.3f}",
+            f"{stock_total / ext_total:.0f}x" if stock_total else "—", f"{ext_total / r['bound_symbols'] * 1e6:.1f}",
+            f"{sf.get('fusion_regions', '—')}/{ef['fusion_regions']}",
+            f"{sf.get('bound_symbols', '—')}/{ef['bound_symbols']}",
+        ])
+    part_headers = ["bound symbols", "thunder consecutive µs/bsym", "ext consecutive µs/bsym",
+                    "thunder dataflow µs/bsym", "ext dataflow µs/bsym"]
+    part = []
+    for r in rows:
+        s, e, n = r["stock"], r["ext"], r["bound_symbols"]
+
+        def per(d: dict[str, Any], key: str) -> str:
+            return f"{d[key] / n * 1e6:.1f}" if key in d else "not run"
+
+        part.append([f"{n:,}", per(s, "partition_consecutive_s"), per(e, "partition_consecutive_s"),
+                     per(s, "partition_dataflow_s"), per(e, "partition_dataflow_s")])
+    return (f"Stock stages run in a child process capped at {cap:.0f} s per size; sizes after a killed stage are "
+            "not run.\n\n" + markdown_table(headers, body) + "\n\nPartitioner alone (operator-transformed trace, "
+            "no update_aliases):\n\n" + markdown_table(part_headers, part))
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
+    """Log-log plot of stock vs thunder_ext compile-pass time per trace size; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[bench]'); skipping the plot", file=sys.stderr)
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series = {
+        "stock update_aliases + fusion_pass": [
+            (r["bound_symbols"], r["stock"]["alias_s"] + r["stock"]["fusion_pass_s"])
+            for r in rows if "fusion_pass_s" in r["stock"]],
+        "thunder_ext pipeline (aliases + fusion_pass)": [
+            (r["bound_symbols"], r["ext"]["alias_s"] + r["ext"]["fusion_pass_s"]) for r in rows],
+        "thunder_ext partitioner (dataflow)": [
+            (r["bound_symbols"], r["ext"]["partition_dataflow_s"]) for r in rows
+            if "partition_dataflow_s" in r["ext"]],
+        "thunder fuse_bound_symbols (dataflow)": [
+            (r["bound_symbols"], r["stock"]["partition_dataflow_s"]) for r in rows
+            if "partition_dataflow_s" in r["stock"]],
+    }
+    for label, pts in series.items():
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("bound symbols in the trace (chain of in-place ops)")
+    ax.set_ylabel("seconds (median)")
+    ax.set_title("In-place handling + fusion pass: stock Thunder vs thunder_ext")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), help="bound symbols")
+    parser.add_argument("--cap", type=float, default=120.0, help="seconds per size for the stock child process")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-partitioners", action="store_true", help="skip the partitioner-only columns")
+    parser.add_argument("--name", default="partition_vs_thunder", help="result file name under results/")
+    args = parser.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    stock_stopped = False
+    for n in sorted(args.sizes):
+        trace, t_trace = _timed(lambda: build_trace(n))
+        bsyms = len(trace.bound_symbols)
+        row: dict[str, Any] = {"bound_symbols": bsyms, "tracing_s": t_trace}
+        row["ext"] = run_ext(trace, args.repeats, not args.no_partitioners)
+        if stock_stopped:
+            row["stock"] = {}
+        else:
+            stock = run_stock(trace, args.repeats, args.cap, not args.no_partitioners)
+            row["stock"] = stock.values
+            if stock.killed_after_s is not None:
+                row["stock_killed_after_s"] = stock.killed_after_s
+                stock_stopped = True
+        rows.append(row)
+        s, e = row["stock"], row["ext"]
+        print(f"{bsyms:>7,} bsyms: tracing {t_trace:.2f}s | ext {e['alias_s'] + e['fusion_pass_s']:.3f}s | stock "
+              + (f"{s['alias_s'] + s['fusion_pass_s']:.3f}s" if "fusion_pass_s" in s else
+                 f"killed after {row.get('stock_killed_after_s', 0):.0f}s" if "stock_killed_after_s" in row
+                 else "not run"), flush=True)
+    md = report(rows, args.cap)
+    print("\n" + md)
+    record = {"environment": environment("cpu"), "cap_s": args.cap, "repeats": args.repeats, "rows": rows}
+    paths = list(write_results(args.name, record, "# (a) Effect pipeline vs stock Thunder\n\n" + md))
+    png = plot(rows, RESULTS_DIR / f"{args.name}.png")
+    if png is not None:
+        paths.append(png)
+    print("\n".join(f"wrote {p}" for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
