@@ -6,6 +6,7 @@ Alias analysis is a union-find over the values of a :class:`~effects.program.Pro
   (the same tensor passed twice, a view and its base, ``f(x, x.t())``) share one class;
 * an output declared a view of an operand (:class:`~effects.model.Alias`, ``may`` or definite: *may alias is
   treated as alias*) joins that operand's class; for a ``Tensor[]`` operand it joins every tensor of the list;
+  an output declared a view of another output (``Alias.of_output``) joins that output's class;
 * an output of an **opaque** instruction may be a view of anything it was given, so it joins the classes of all of
   its operands (unknown is the safe answer);
 * every other output is fresh storage and gets a new class.
@@ -129,10 +130,15 @@ class StorageClasses:
             bases = [
                 (alias.output, _operand_ids(inst.inputs[alias.operand], ids, program))
                 for alias in views
-                if alias.output < len(inst.outputs) and alias.operand < len(inst.inputs)
+                if not alias.of_output and alias.output < len(inst.outputs) and alias.operand < len(inst.inputs)
             ]  # an alias to an output/operand the instruction does not bind has nothing to join
             for value in inst.outputs:
                 define(value)
+            bases += [
+                (alias.output, [ids[inst.outputs[alias.operand]]])
+                for alias in views
+                if alias.of_output and max(alias.output, alias.operand) < len(inst.outputs)
+            ]
             for output, base_ids in bases:
                 out = ids[inst.outputs[output]]
                 for base in base_ids:

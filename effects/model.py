@@ -147,14 +147,20 @@ class OperandEffect:
 
 @dataclass(frozen=True, slots=True, order=True)
 class Alias:
-    """Output ``output`` is (``may=False``) or may be (``may=True``) a view of operand ``operand``."""
+    """Output ``output`` is (``may=False``) or may be (``may=True``) a view of operand ``operand``.
+
+    With ``of_output=True``, ``operand`` is the index of another *output*: the two outputs share storage that the op
+    created itself (a fused region returning both a fresh tensor and a view of it).
+    """
 
     output: int
     operand: int
     may: bool = False
+    of_output: bool = False
 
     def __str__(self) -> str:
-        return f"out{self.output} {'may alias' if self.may else 'aliases'} {self.operand}"
+        target = f"out{self.operand}" if self.of_output else str(self.operand)
+        return f"out{self.output} {'may alias' if self.may else 'aliases'} {target}"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -292,7 +298,9 @@ class Effects:
                 OperandEffect(positions[e.index], e.access, e.name) for e in self.operands if e.index in positions
             ),
             aliases=frozenset(
-                Alias(a.output, positions[a.operand], a.may) for a in self.aliases if a.operand in positions
+                a if a.of_output else Alias(a.output, positions[a.operand], a.may)
+                for a in self.aliases
+                if a.of_output or a.operand in positions
             ),
             resources=self.resources,
         )
@@ -313,6 +321,10 @@ class Effects:
                 )
             named.append(OperandEffect(pos, eff.access, param.name))
         for alias in self.aliases:
+            if alias.of_output:
+                self._check_output(alias.operand, signature, op, f"output {alias.output} is a view of it")
+                self._check_output(alias.output, signature, op, f"it is a view of output {alias.operand}")
+                continue
             pos = signature.position(alias.operand, op=op)
             param = signature.params[pos]
             if not param.kind.is_tensor:
@@ -320,18 +332,20 @@ class Effects:
                     f"{op}: declares output {alias.output} a view of operand {pos} ({param.name!r}), which is "
                     f"not a tensor ({param.kind.value}). Only tensors can be viewed."
                 )
-            if alias.output < 0 or (signature.num_outputs is not None and alias.output >= signature.num_outputs):
-                if signature.num_outputs is None:
-                    valid = "output indices are >= 0"
-                elif signature.num_outputs == 0:
-                    valid = "the op returns nothing, so remove the alias"
-                else:
-                    valid = f"the op has {signature.num_outputs} output(s): 0..{signature.num_outputs - 1}"
-                raise MissingOutputError(
-                    f"{op}: declares output {alias.output} a view of operand {pos} ({param.name!r}), but "
-                    f"{valid}."
-                )
+            self._check_output(alias.output, signature, op, f"it is a view of operand {pos} ({param.name!r})")
         return Effects(tuple(named), self.aliases, self.resources)
+
+    @staticmethod
+    def _check_output(index: int, signature: Signature, op: object, claim: str) -> None:
+        if index >= 0 and (signature.num_outputs is None or index < signature.num_outputs):
+            return
+        if signature.num_outputs is None:
+            valid = "output indices are >= 0"
+        elif signature.num_outputs == 0:
+            valid = "the op returns nothing, so remove the alias"
+        else:
+            valid = f"the op has {signature.num_outputs} output(s): 0..{signature.num_outputs - 1}"
+        raise MissingOutputError(f"{op}: declares output {index} ({claim}), but {valid}.")
 
     def __str__(self) -> str:
         if self.opaque:

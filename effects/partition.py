@@ -309,12 +309,20 @@ def _compose_region(
     for c in internal_writes:
         for k in inputs_by_class.get(c, ()):
             access[k] = _READ | _WRITE  # a write through a view made inside the region: partial, keeps the rest
-    aliases = frozenset(
+    aliases = {
         Alias(j, k, may=True) for j, v in enumerate(outputs) for k in inputs_by_class.get(storage.storage(v), ())
-    )
+    }
+    first_output_of_class: dict[int, int] = {}
+    for j, v in enumerate(outputs):  # outputs sharing storage created inside the region (a tensor and its view)
+        c = storage.storage(v)
+        if c in inputs_by_class:
+            continue
+        first = first_output_of_class.setdefault(c, j)
+        if first != j:
+            aliases.add(Alias(j, first, may=True, of_output=True))
     effects = Effects(
         operands=tuple(OperandEffect(k, _ACCESS[a]) for k, a in enumerate(access)),
-        aliases=aliases,
+        aliases=frozenset(aliases),
         resources=frozenset().union(*resources),
     )
     return effects, input_values, outputs

@@ -15,14 +15,13 @@ def test_planted_bug_is_caught_within_budget(bug: PlantedBug) -> None:
 
 
 def test_the_real_graph_layer_has_no_mismatch() -> None:
-    # Reordering fused programs is off: a known partitioner bug, see tests/effects/test_testing.py (xfail).
-    result = fuzz(examples=150, seed_value=1, check_fused_orders=False)
+    result = fuzz(examples=150, seed_value=1)
     assert result.failure is None, str(result.failure)
     assert result.stats.programs >= 150 and result.stats.schedules >= 300
 
 
 def test_cli_prints_summary_and_fails_with_the_shrunk_program(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--examples", "20", "--seed", "0", "--quiet", "--no-fused-orders"]) == 0
+    assert main(["--examples", "20", "--seed", "0", "--quiet"]) == 0
     assert capsys.readouterr().out.startswith("programs=20 schedules=40 partitions=20 dce=20 mismatches=0")
     with PLANTED[0].plant():
         assert main(["--examples", "300", "--seed", "0", "--quiet"]) == 1
