@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import statistics
@@ -37,21 +38,23 @@ from types import TracebackType
 from typing import Any, TextIO
 
 import torch
+from typing_extensions import Self
 
 __all__ = [
     "RESULTS_DIR",
-    "Timing",
     "Memory",
+    "Progress",
+    "Timing",
+    "environment",
+    "fmt_bytes",
+    "fmt_seconds",
+    "jsonable",
+    "markdown_table",
+    "measure_memory",
+    "median_time",
     "synchronize",
     "time_call",
-    "median_time",
-    "measure_memory",
-    "Progress",
-    "environment",
-    "markdown_table",
     "write_results",
-    "fmt_seconds",
-    "fmt_bytes",
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -179,7 +182,7 @@ class Progress:
         self._thread: threading.Thread | None = None
         self._start = 0.0
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> Self:
         self._start = time.perf_counter()
         if self.stream.isatty():
             self._thread = threading.Thread(target=self._spin, daemon=True)
@@ -244,19 +247,20 @@ def write_results(
     """Write ``<name>.json`` (``record``) and ``<name>.md`` (``markdown``) under ``directory``; return both."""
     directory.mkdir(parents=True, exist_ok=True)
     json_path, md_path = directory / f"{name}.json", directory / f"{name}.md"
-    json_path.write_text(json.dumps(_jsonable(record), indent=2, sort_keys=False) + "\n")
+    json_path.write_text(json.dumps(jsonable(record), indent=2, sort_keys=False) + "\n")
     md_path.write_text(markdown.rstrip() + "\n")
     return json_path, md_path
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``value`` with dataclasses turned into dicts, tuples into lists and non-finite floats into None."""
     if hasattr(value, "__dataclass_fields__"):
-        return _jsonable(asdict(value))
+        return jsonable(asdict(value))
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
 

@@ -25,10 +25,21 @@ from typing import Any
 
 import torch
 
-import thunder_ext  # noqa: F401  (applies the import shim; must precede `import thunder`)
+import thunder_ext  # applies the import shim; must precede every thunder import
+
+# isort: split
 import thunder
 
-__all__ = ["Compiler", "TraceStats", "EXECUTORS", "compilers", "executors_for", "trace_stats", "ext_jit"]
+__all__ = [
+    "EXECUTORS",
+    "Compiler",
+    "TraceStats",
+    "alias_variants",
+    "compilers",
+    "executors_for",
+    "ext_jit",
+    "trace_stats",
+]
 
 EXECUTORS = ("torchcompile", "nvfuser", "torch")
 
@@ -45,10 +56,13 @@ class Compiler:
 
 @dataclass(frozen=True, slots=True)
 class TraceStats:
-    """Top-level bound symbols of the final execution trace and how many of them are fusion regions."""
+    """The final execution trace: top-level bound symbols, fusion regions, bound symbols with each fusion region
+    counted as its members (``flat``), and ``prims.update_aliases`` calls among those."""
 
     bound_symbols: int
     fusion_regions: int
+    flat_bound_symbols: int
+    update_aliases: int
 
 
 def executors_for(executor: str, device: torch.device) -> list[Any]:
@@ -103,8 +117,32 @@ def compilers(device: torch.device, executor: str = "torchcompile", **thunder_op
     ]
 
 
+def alias_variants(device: torch.device, executor: str = "torchcompile") -> list[Compiler]:
+    """The ``update_aliases`` switch flipped: stock Thunder without threading (unsafe: writes can be dropped),
+    thunder_ext with Thunder's threading on top of the effect pipeline."""
+    executors = executors_for(executor, device)
+    jit, reason = ext_jit()
+
+    def stock_skip(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return thunder.jit(fn, executors=executors, skip_inplace_alias_updates=True)
+
+    def ext_threaded(fn: Callable[..., Any]) -> Callable[..., Any]:
+        assert jit is not None
+        return jit(fn, executors=executors, skip_inplace_alias_updates=False)
+
+    return [
+        Compiler("thunder.jit[skip update_aliases]", stock_skip, thunder=True),
+        Compiler("thunder_ext.jit[+update_aliases]", ext_threaded if jit is not None else None, thunder=True,
+                 reason=reason),
+    ]
+
+
 def trace_stats(compiled: Callable[..., Any]) -> TraceStats:
     """Statistics of the last execution trace of a Thunder-compiled callable (call it at least once first)."""
+    from thunder.core.prims import PrimIDs
+
     trace = thunder.last_traces(compiled)[-1]
     bsyms = trace.bound_symbols
-    return TraceStats(len(bsyms), sum(1 for b in bsyms if b.sym.is_fusion))
+    flat = [m for b in bsyms for m in (b.subsymbols if b.sym.is_fusion else (b,))]
+    return TraceStats(len(bsyms), sum(1 for b in bsyms if b.sym.is_fusion), len(flat),
+                      sum(1 for b in flat if b.sym.id == PrimIDs.UPDATE_ALIASES))

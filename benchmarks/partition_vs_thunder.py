@@ -43,21 +43,23 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-import thunder_ext  # noqa: E402  (applies the import shim before thunder)
-import thunder  # noqa: E402
-from thunder.common import CompileData, CompileStats  # noqa: E402
-from thunder.common import trace as thunder_trace  # noqa: E402
-from thunder.core import update_aliases  # noqa: E402
-from thunder.core.compile_data import compile_data_and_stats  # noqa: E402
-from thunder.core.transform_common import wrap_return_value_together_with_arguments  # noqa: E402
-from thunder.executors import data_dependent_partition  # noqa: E402
-from thunder.executors.passes import _transform_for_operator_executor_execution  # noqa: E402
-from thunder.executors.torch_compile import torch_compile_ex  # noqa: E402
+import thunder_ext  # applies the import shim; must precede every thunder import
 
-from benchmarks.common import RESULTS_DIR, environment, markdown_table, write_results  # noqa: E402
-from thunder_ext import pipeline  # noqa: E402
+# isort: split
+import thunder
+from thunder.common import CompileData, CompileStats
+from thunder.common import trace as thunder_trace
+from thunder.core import update_aliases
+from thunder.core.compile_data import compile_data_and_stats
+from thunder.core.transform_common import wrap_return_value_together_with_arguments
+from thunder.executors import data_dependent_partition
+from thunder.executors.passes import _transform_for_operator_executor_execution
+from thunder.executors.torch_compile import torch_compile_ex
+
+from benchmarks.common import RESULTS_DIR, environment, markdown_table, write_results
+from thunder_ext import pipeline
 
 DEFAULT_SIZES = (1_000, 2_000, 4_800, 10_000, 20_000, 50_000)
 EXECUTORS = (torch_compile_ex, thunder.extend.get_executor("torch"), thunder.extend.get_executor("python"))
@@ -221,7 +223,7 @@ def report(rows: list[dict[str, Any]], cap: float) -> str:
     for r in rows:
         s, e, n = r["stock"], r["ext"], r["bound_symbols"]
 
-        def per(d: dict[str, Any], key: str) -> str:
+        def per(d: dict[str, Any], key: str, n: int = n) -> str:
             return f"{d[key] / n * 1e6:.1f}" if key in d else "not run"
 
         part.append([f"{n:,}", per(s, "partition_consecutive_s"), per(e, "partition_consecutive_s"),
@@ -283,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     stock_stopped = False
     for n in sorted(args.sizes):
-        trace, t_trace = _timed(lambda: build_trace(n))
+        trace, t_trace = _timed(lambda n=n: build_trace(n))
         bsyms = len(trace.bound_symbols)
         row: dict[str, Any] = {"bound_symbols": bsyms, "tracing_s": t_trace}
         row["ext"] = run_ext(trace, args.repeats, not args.no_partitioners)

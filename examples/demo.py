@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,58 +29,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout: make `examples` and `benchmarks` importable
     sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks.common import (  # noqa: E402
-    Memory,
-    Progress,
-    Timing,
-    environment,
-    fmt_bytes,
-    fmt_seconds,
-    measure_memory,
-    median_time,
-    time_call,
-    write_results,
-)
-from benchmarks.compilers import EXECUTORS, Compiler, TraceStats, compilers, trace_stats  # noqa: E402
-from examples.models import MODELS, SIZES, CheckResult, Model, Size, verify  # noqa: E402
+from benchmarks.common import environment, fmt_bytes, fmt_seconds, write_results
+from benchmarks.compilers import EXECUTORS, compilers
+from benchmarks.models import Row, measure
+from examples.models import MODELS, SIZES
 
 RUN_ORDER = ("eager", "torch.compile", "thunder_ext.jit", "thunder.jit")
 """Measurement order (see the module docstring); the table lists compilers in :func:`compilers` order."""
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One compiler on one model; ``error`` is set (and the measurements are None) when compiling failed."""
-
-    compiler: str
-    check: CheckResult | None = None
-    first_call_s: float | None = None
-    timing: Timing | None = None
-    memory: Memory | None = None
-    trace: TraceStats | None = None
-    error: str = ""
-
-
-def measure(model: Model, compiler: Compiler, size: Size, device: torch.device, runs: int, seed: int) -> Row:
-    """Compile, time, check and measure ``model`` with ``compiler``."""
-    if compiler.compile is None:
-        return Row(compiler.name, error=compiler.reason)
-    eager, inst = model.build(size, device, seed), model.build(size, device, seed)
-    try:
-        compiled = compiler.compile(inst.fn)
-        with Progress(f"{model.name}: {compiler.name} first call"):
-            first_output, first_s = time_call(compiled, inst.args, device)
-        outputs = [first_output, compiled(*inst.args)]
-        check = verify(model, eager, inst, outputs)
-        timing = median_time(compiled, inst.args, device, runs=runs, warmup=1, max_seconds=10.0)
-        memory = measure_memory(compiled, inst.args, device)
-        stats = trace_stats(compiled) if compiler.thunder else None
-    except Exception as exc:  # noqa: BLE001 - a failing compiler is a result to report, not a reason to stop
-        traceback.print_exc(limit=-3, file=sys.stderr)
-        return Row(compiler.name, error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-    return Row(compiler.name, check, first_s, timing, memory, stats)
 
 
 def _cells(row: Row) -> tuple[str, ...]:

@@ -34,18 +34,18 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
-    "SIZES",
     "MODELS",
-    "Size",
-    "Model",
+    "SIZES",
+    "CheckResult",
     "Instance",
     "Mismatch",
-    "CheckResult",
+    "Model",
+    "Size",
     "check",
-    "verify",
     "compare",
-    "model_names",
     "get_model",
+    "model_names",
+    "verify",
 ]
 
 
