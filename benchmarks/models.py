@@ -133,6 +133,12 @@ def _ok(row: dict[str, Any]) -> str:
     return "ok" if not row["check"]["mismatches"] else "WRONG"
 
 
+def _mismatches(row: dict[str, Any]) -> str:
+    found = row["check"]["mismatches"]
+    return "mismatch: " + "; ".join(f"{m['name']} ({m['detail']})" for m in found[:3]) + (
+        f" and {len(found) - 3} more" if len(found) > 3 else "")
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a is not None and b else "—"
 
@@ -164,7 +170,7 @@ def report(results: dict[str, list[dict[str, Any]]]) -> str:
         if stock_t and ext_t:
             c_rows.append([model, "ratio ext/stock", "", _ratio(ext_t["bound_symbols"], stock_t["bound_symbols"]),
                            "", _ratio(ext_t["flat_bound_symbols"], stock_t["flat_bound_symbols"]), ""])
-    errors = [f"- {model} / {r['compiler']}: {r['error'] or 'mismatch: ' + '; '.join(f"{m['name']} {m['detail']}" for m in r['check']['mismatches'][:3])}"
+    errors = [f"- {model} / {r['compiler']}: {r['error'] or _mismatches(r)}"
               for model, rows in results.items() for r in rows if r.get("error") or _ok(r) == "WRONG"]
     return "\n\n".join([
         "## (b) Models: time and memory\n\n" + markdown_table(b_headers, b_rows),
