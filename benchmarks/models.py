@@ -189,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=tuple(SIZES), default="small")
     parser.add_argument("--models", nargs="+", choices=tuple(MODELS), default=list(MODELS))
     parser.add_argument("--executor", choices=EXECUTORS, default="torchcompile")
+    parser.add_argument("--compilers", nargs="+", metavar="NAME",
+                        help="subset of compilers (default: all, including the update_aliases variants for (c))")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--in-process", action="store_true", help="no child processes (caches are shared)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per isolated (model, compiler)")
@@ -200,6 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         return _worker(args)
     device = torch.device(args.device)
     names = list(all_compilers(device, args.executor))
+    if args.compilers:
+        unknown = sorted(set(args.compilers) - set(names))
+        if unknown:
+            parser.error(f"unknown compilers {unknown}; choose from {names}")
+        names = [n for n in names if n in args.compilers]
+    name = args.name or f"models_{device.type}_{args.size}"
+    title = (f"# Models benchmark ({device.type}, executor {args.executor}, size {args.size}, "
+             f"{'cold cache per compiler' if not args.in_process else 'shared in-process caches'})")
     results: dict[str, list[dict[str, Any]]] = {}
     for model in args.models:
         print(f"== {model}", flush=True)
@@ -210,15 +220,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rows = [_run_isolated(model, c, args) for c in names]
         results[model] = rows
-    md = report(results)
-    print("\n" + md)
-    name = args.name or f"models_{device.type}_{args.size}"
-    record = {"environment": environment(device), "executor": args.executor, "size": SIZES[args.size],
-              "isolated": not args.in_process, "results": results}
-    title = (f"# Models benchmark ({device.type}, executor {args.executor}, size {args.size}, "
-             f"{'cold cache per compiler' if not args.in_process else 'shared in-process caches'})")
-    for path in write_results(name, record, f"{title}\n\n{md}"):
-        print(f"wrote {path}")
+        record = {"environment": environment(device), "executor": args.executor, "size": SIZES[args.size],
+                  "isolated": not args.in_process, "complete": len(results) == len(args.models),
+                  "results": results}
+        paths = write_results(name, record, f"{title}\n\n{report(results)}")  # after every model: a timeout
+        # still leaves the models measured so far
+    print("\n" + report(results))
+    print("\n".join(f"wrote {p}" for p in paths))
     return 0
 
 
