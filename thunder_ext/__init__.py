@@ -23,6 +23,7 @@ from .declarations import coverage, impl_key, key_of  # noqa: E402
 
 _REGISTRATIONS = declarations.register(effects.default_registry())
 
+from . import opaque_torch  # noqa: E402  (declares its operators' effects in the default registry)
 from .jit import EffectVerification, enabled, install, jit, uninstall, verify_jitted  # noqa: E402
 
 __all__ = ["thunder", "jit", "install", "uninstall", "enabled", "EffectVerification", "verify_jitted", "coverage",

@@ -18,6 +18,9 @@ imports in ``torch_compile``, ``nvfuserex_impl``
 ``CUDAGraphTransform.transform_trace_post_…``     marks the runner of an effect-aware compilation
 ``CUDAGraphRunner.call_cuda_graph``               copies writes to non-static arguments back
 ``CUDAGraphRunner.build_cuda_graph``              warms up on clones of written static inputs
+``jit_ext._general_jit_lookaside_map[torch_fn]``  new entries: torch functions without a Thunder symbol trace
+                                                  as opaque torch calls (:mod:`thunder_ext.opaque_torch`)
+``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them
 ================================================  ===========================================================
 
 Every replacement falls back to the original unless the pipeline is active, so applying the patches changes
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -40,6 +44,7 @@ from typing import Any
 import torch
 
 import thunder
+import thunder.core.jit_ext as jit_ext
 import thunder.core.rematerialization as remat_mod
 import thunder.core.transform_common as transform_common
 import thunder.core.update_aliases as update_aliases_mod
@@ -48,23 +53,49 @@ import thunder.executors.passes as passes
 import thunder.executors.torch_compile as torch_compile
 import thunder.transforms.cudagraph as cudagraph
 
-from . import pipeline
+from . import opaque_torch, pipeline
+
+torch_langctx = importlib.import_module("thunder.torch.langctx")  # `thunder.torch.langctx` is shadowed by a class
 
 __all__ = ["Patch", "PATCHES", "apply", "restore", "applied", "holding", "EXPECTED_PARAMETERS"]
 
 
+ABSENT: Any = object()
+"""``Patch.original`` of an entry that must not exist yet (a new key in one of Thunder's tables)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Patch:
-    """Replace ``owner.name`` (a module or class) — expected to be ``original`` — with ``replacement``."""
+    """Replace ``owner.name`` (a module or class) — expected to be ``original`` — with ``replacement``; when
+    ``owner`` is a dict (one of Thunder's lookup tables), the entry ``owner[name]`` (:data:`ABSENT`: none)."""
 
     owner: Any
-    name: str
-    original: Callable[..., Any]
-    replacement: Callable[..., Any]
+    name: Any
+    original: Any
+    replacement: Any
 
     @property
     def where(self) -> str:
+        if isinstance(self.owner, dict):
+            return f"{self.table}[{getattr(self.name, '__qualname__', self.name)!r}]"
         return f"{getattr(self.owner, '__name__', self.owner)}.{self.name}"
+
+    @property
+    def table(self) -> str:
+        return next((label for label, table in _TABLES.items() if table is self.owner), "<table>")
+
+    def current(self) -> Any:
+        if isinstance(self.owner, dict):
+            return self.owner.get(self.name, ABSENT)
+        return getattr(self.owner, self.name)
+
+    def put(self, value: Any) -> None:
+        if not isinstance(self.owner, dict):
+            setattr(self.owner, self.name, value)
+        elif value is ABSENT:
+            self.owner.pop(self.name, None)
+        else:
+            self.owner[self.name] = value
 
 
 # --- CUDA graph runner ----------------------------------------------------------------------------------------
@@ -137,6 +168,12 @@ def _optional_module(name: str) -> Any | None:
     return sys.modules.get(name)
 
 
+_TABLES: dict[str, dict[Any, Any]] = {
+    "thunder.core.jit_ext._general_jit_lookaside_map": jit_ext._general_jit_lookaside_map,
+    "thunder.torch.langctx._method_name_to_fn_map": torch_langctx._method_name_to_fn_map,
+}
+
+
 def _build_patches() -> tuple[Patch, ...]:
     pipeline.ORIGINALS.update(
         insert_alias_updates=update_aliases_mod.insert_alias_updates,
@@ -162,6 +199,12 @@ def _build_patches() -> tuple[Patch, ...]:
         Patch(cudagraph.CUDAGraphRunner, "call_cuda_graph", _ORIG_CALL, _cg_call),
         Patch(cudagraph.CUDAGraphRunner, "build_cuda_graph", _ORIG_BUILD, _cg_build),
     ]
+    lookaside_map = jit_ext._general_jit_lookaside_map
+    refused = {r.torch_fn for r in opaque_torch.REFUSED}  # Thunder's own lookaside stays behind the replacement
+    table += [Patch(lookaside_map, fn, lookaside_map[fn] if fn in refused else ABSENT, lookaside)
+              for fn, lookaside in opaque_torch.lookasides().items()]
+    table += [Patch(torch_langctx._method_name_to_fn_map, name, ABSENT, sym)
+              for name, sym in opaque_torch.methods().items()]
     nvfuser = _optional_module("thunder.executors.nvfuserex_impl")
     if nvfuser is not None:
         table += [Patch(nvfuser, "dce", o["dce"], pipeline.dce),
@@ -201,7 +244,7 @@ def apply() -> None:
     global _holders
     with _lock:
         if _holders == 0:
-            stale = [p.where for p in PATCHES if getattr(p.owner, p.name) is not p.original]
+            stale = [p.where for p in PATCHES if p.current() is not p.original]
             if stale:
                 raise RuntimeError(
                     "thunder_ext cannot patch Thunder: these are not the functions it was written against: "
@@ -209,7 +252,7 @@ def apply() -> None:
                     "whether another library patched them; update thunder_ext/_patches.py."
                 )
             for p in PATCHES:
-                setattr(p.owner, p.name, p.replacement)
+                p.put(p.replacement)
         _holders += 1
 
 
@@ -222,7 +265,7 @@ def restore() -> None:
         _holders -= 1
         if _holders == 0:
             for p in PATCHES:
-                setattr(p.owner, p.name, p.original)
+                p.put(p.original)
 
 
 @contextlib.contextmanager

@@ -23,10 +23,11 @@ from collections.abc import Callable
 from typing import Any
 
 import thunder
+import thunder.extend as extend
 from thunder.core.module import ThunderModule
 from thunder.core.transform_common import Transform
 
-from . import _patches, pipeline
+from . import _patches, opaque_torch, pipeline
 
 __all__ = ["jit", "install", "uninstall", "enabled", "EffectVerification", "verify_jitted"]
 
@@ -38,6 +39,7 @@ def install() -> None:
     global _installed
     if not _installed:
         _patches.apply()
+        extend.add_default_executor(opaque_torch.executor)
         pipeline.set_global(True)
         _installed = True
 
@@ -47,6 +49,7 @@ def uninstall() -> None:
     global _installed
     if _installed:
         pipeline.set_global(False)
+        extend.remove_default_executor(opaque_torch.executor)
         _patches.restore()
         _installed = False
 
@@ -109,6 +112,7 @@ def jit(fn: Callable[..., Any], /, *, verify: bool = False, **kwargs: Any) -> Ca
     transforms = list(kwargs.pop("transforms", None) or [])
     if verify:
         transforms.append(EffectVerification())
+    kwargs["executors"] = opaque_torch.executors_with(kwargs.get("executors"))
     kwargs[pipeline.OPTION] = True
     kwargs[pipeline.OPTION_ALIAS_UPDATES] = not skip_alias_updates
     jfn = thunder.jit(fn, transforms=transforms, skip_inplace_alias_updates=False, **kwargs)

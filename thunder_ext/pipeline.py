@@ -199,12 +199,33 @@ def _dedup_number_proxies(bsyms: Iterable[BoundSymbol]) -> list[BoundSymbol]:
     return result
 
 
+def _has_effects(bsym: BoundSymbol) -> bool:
+    eff = bsym_effects(bsym)
+    return eff.opaque or bool(eff.written) or bool(eff.resources)
+
+
+def _remove_noop_subsymbols(bsym: BoundSymbol) -> None:
+    """Thunder's ``_remove_noop_subsymbols`` (drop subsymbols without outputs, and composite ones without
+    subsymbols), except that a subsymbol with effects (a write, a resource, opaque) is never a no-op: an
+    output-less in-place op inside a composite (``_foreach_mul_`` in :mod:`thunder_ext.opaque_torch`) stays."""
+    kept = []
+    for sub in bsym.subsymbols:
+        effectful = _has_effects(sub)
+        if not effectful and not sub.subsymbols and not sub.sym.is_prim:
+            continue
+        if not effectful and not has_tags(bsym, {OpTags.DONT_DCE}) and not any(
+            o is not None for o in sub.flat_proxy_outs
+        ):
+            continue
+        _remove_noop_subsymbols(sub)
+        kept.append(sub)
+    bsym.subsymbols = kept
+
+
 def dce(trace: TraceCtx, needed_proxies: set | None = None) -> TraceCtx:
     """Stand-in for ``transform_common.dce`` (same in/out contract for ``needed_proxies``)."""
     if not active():
         return ORIGINALS["dce"](trace, needed_proxies)
-    from thunder.core.transform_common import _remove_noop_subsymbols
-
     adapted, graph = _adapt(trace)
     flat_out, _ = tree_flatten(trace.output)
     needed = {p.name for p in flat_out if isinstance(p, Proxy)}

@@ -15,12 +15,13 @@ from thunder_ext import _patches, pipeline  # noqa: E402
 @pytest.mark.parametrize("patch", _patches.PATCHES, ids=lambda p: p.where)
 def test_target_is_the_expected_thunder_function(patch):
     assert not _patches.applied()
-    assert getattr(patch.owner, patch.name) is patch.original, (
+    assert patch.current() is patch.original, (
         f"{patch.where} is no longer the function thunder_ext patches; Thunder changed: update _patches.py"
     )
 
 
-@pytest.mark.parametrize("patch", _patches.PATCHES, ids=lambda p: p.where)
+@pytest.mark.parametrize("patch", [p for p in _patches.PATCHES if not isinstance(p.owner, dict)],
+                         ids=lambda p: p.where)
 def test_signature_is_pinned(patch):
     params = tuple(inspect.signature(patch.original).parameters)
     assert params == _patches.EXPECTED_PARAMETERS[patch.name], f"{patch.where} changed its parameters"
@@ -31,10 +32,10 @@ def test_signature_is_pinned(patch):
 def test_apply_and_restore_are_reference_counted():
     with _patches.holding():
         with _patches.holding():
-            assert all(getattr(p.owner, p.name) is p.replacement for p in _patches.PATCHES)
+            assert all(p.current() is p.replacement for p in _patches.PATCHES)
         assert _patches.applied()
     assert not _patches.applied()
-    assert all(getattr(p.owner, p.name) is p.original for p in _patches.PATCHES)
+    assert all(p.current() is p.original for p in _patches.PATCHES)
 
 
 def test_apply_refuses_a_foreign_patch(monkeypatch):
@@ -42,4 +43,23 @@ def test_apply_refuses_a_foreign_patch(monkeypatch):
     monkeypatch.setattr(patch.owner, patch.name, lambda *a: None)
     with pytest.raises(RuntimeError, match="cannot patch Thunder"):
         _patches.apply()
+    assert not _patches.applied()
+
+
+def test_new_table_entries_are_added_and_removed():
+    entries = [p for p in _patches.PATCHES if p.original is _patches.ABSENT]
+    assert entries, "thunder_ext.opaque_torch registers lookasides and methods through _patches"
+    with _patches.holding():
+        assert all(p.name in p.owner for p in entries)
+    assert not any(p.name in p.owner for p in entries)
+
+
+def test_apply_refuses_an_entry_someone_else_added():
+    entry = next(p for p in _patches.PATCHES if p.original is _patches.ABSENT)
+    entry.owner[entry.name] = object()
+    try:
+        with pytest.raises(RuntimeError, match="cannot patch Thunder"):
+            _patches.apply()
+    finally:
+        del entry.owner[entry.name]
     assert not _patches.applied()

@@ -1,0 +1,149 @@
+"""Torch ops without a Thunder symbol run as opaque torch calls with schema effects (thunder_ext.opaque_torch):
+outputs and every mutated input equal eager under the torch and torchcompile executors and both fusion types."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("thunder")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.utils._pytree import tree_leaves  # noqa: E402
+
+import effects  # noqa: E402
+import thunder_ext  # noqa: E402
+import thunder  # noqa: E402
+from effects import Access  # noqa: E402
+from thunder_ext import opaque_torch  # noqa: E402
+
+CONFIGS = [pytest.param(ex, ft, id=f"{ex[0]}-{ft}") for ex in (["torch"], ["torchcompile"])
+           for ft in ("consecutive", "dataflow")]
+
+
+def check(fn, make_args, executors, fusion_type, *, seed=None):
+    """Run eagerly and through thunder_ext.jit on fresh inputs (same RNG seed); compare outputs and inputs."""
+    eager_args, args = make_args(), make_args()
+    if seed is not None:
+        torch.manual_seed(seed)
+    expected = fn(*eager_args)
+    jfn = thunder_ext.jit(fn, executors=executors, fusion_type=fusion_type, verify=True)
+    if seed is not None:
+        torch.manual_seed(seed)
+    got = jfn(*args)
+    for e, g in zip(tree_leaves(expected), tree_leaves(got), strict=True):
+        torch.testing.assert_close(g, e)
+    for e, g in zip(tree_leaves(eager_args), tree_leaves(args), strict=True):
+        torch.testing.assert_close(g, e)
+    return jfn
+
+
+def tensors(*shapes):
+    return lambda: [torch.randn(s, generator=torch.Generator().manual_seed(k)) for k, s in enumerate(shapes)]
+
+
+@pytest.mark.parametrize("executors,fusion_type", CONFIGS)
+def test_foreach_add_lists_read_before_and_after(executors, fusion_type):
+    def f(xs, ys):
+        before = xs[0] * 2  # read before the in-place update (WAR), then after it (RAW)
+        torch._foreach_add_(xs, ys, alpha=0.5)
+        return before, xs[0] + xs[1].sum(), ys[1] * 3
+
+    check(f, lambda: (tensors(3, 2)(), tensors(3, 2)()), executors, fusion_type)
+
+
+@pytest.mark.parametrize("executors,fusion_type", CONFIGS)
+def test_foreach_mul_scalar_on_arguments_only_writes(executors, fusion_type):
+    def f(a, b):
+        torch._foreach_mul_([a, b], 2.0)  # no output at all: only the writes keep it alive
+
+    check(f, tensors(4, 4), executors, fusion_type)
+
+
+@pytest.mark.parametrize("executors,fusion_type", CONFIGS)
+def test_foreach_out_of_place_returns_new_tensors(executors, fusion_type):
+    def f(a, b):
+        c, d = torch._foreach_exp([a, b])
+        a.add_(1)
+        return c, d + a
+
+    check(f, tensors(3, 3), executors, fusion_type)
+
+
+@pytest.mark.parametrize("executors,fusion_type", CONFIGS)
+def test_dropout_inplace(executors, fusion_type):
+    def f(x):
+        y = x * 2
+        F.dropout(x, 0.5, training=True, inplace=True)
+        return x + y
+
+    check(f, tensors(64), executors, fusion_type, seed=7)
+
+
+@pytest.mark.parametrize("executors,fusion_type", CONFIGS)
+def test_dropout_out_of_place_is_thunders(executors, fusion_type):
+    def f(x):
+        return F.dropout(x, 0.0, training=True)
+
+    jfn = check(f, tensors(8), executors, fusion_type)
+    names = {b.sym.name for b in thunder.last_traces(jfn)[0].bound_symbols}
+    assert "dropout" in names and not any(n.startswith("opaque_") for n in names)
+
+
+@pytest.mark.parametrize("executors,fusion_type", CONFIGS)
+def test_tensor_uniform_method(executors, fusion_type):
+    def f(x, y):
+        z = x + y
+        x.uniform_(-1, 1)
+        return x * y, z
+
+    check(f, tensors((2, 3), (2, 3)), executors, fusion_type, seed=3)
+
+
+def test_list_operands_are_declared_per_list():
+    sym = opaque_torch.operator_for(torch.ops.aten._foreach_add_.List)
+    resolution = effects.default_registry().resolve((sym.id, opaque_torch.EXECUTOR_NAME))
+    assert resolution.origin == "declared"
+    assert resolution.effects.access(0) is Access.READ_WRITE  # self: Tensor(a!)[]
+    assert resolution.effects.access(1) is Access.READ  # other: Tensor[]
+    assert not resolution.effects.opaque
+
+
+def test_rng_ops_are_ordered_on_the_generator():
+    sym = opaque_torch.operator_for(torch.ops.aten.uniform_.default)
+    eff = effects.default_registry().resolve((sym.id, opaque_torch.EXECUTOR_NAME)).effects
+    assert eff.access(0) is Access.WRITE and eff.ordered_resources
+
+
+def test_supported_covers_the_examples_and_nothing_thunder_maps():
+    fns = {op.torch_fn for op in opaque_torch.supported()}
+    assert {torch._foreach_add_, torch._foreach_mul_, torch.Tensor.uniform_, F.dropout} <= fns
+    from thunder.torch import _torch_to_thunder_function_map
+
+    refused = {r.torch_fn for r in opaque_torch.REFUSED}
+    assert not (fns - refused) & set(_torch_to_thunder_function_map)
+
+
+def test_plain_thunder_jit_without_the_executor_names_it():
+    def f(xs):
+        torch._foreach_add_(xs, 1.0)
+
+    with thunder_ext._patches.holding():
+        jfn = thunder.jit(f, executors=["torch"])
+        with pytest.raises(NotImplementedError, match=opaque_torch.EXECUTOR_NAME):
+            jfn([torch.ones(2)])
+
+
+def test_install_makes_plain_thunder_jit_run_them():
+    def f(xs):
+        torch._foreach_add_(xs, 1.0)
+        return xs[0] * 1
+
+    thunder_ext.install()
+    try:
+        xs = [torch.zeros(2)]
+        out = thunder.jit(f)(xs)
+    finally:
+        thunder_ext.uninstall()
+    torch.testing.assert_close(xs[0], torch.ones(2))
+    torch.testing.assert_close(out, torch.ones(2))
