@@ -22,14 +22,14 @@ transformation differentially against eager execution::
 
 from __future__ import annotations
 
-from .case import Case, InputBinding, InputSpec, Recipe, program_python
+from .case import Case, InputBinding, InputSpec, Recipe, program_python, to_python_function
 from .oracle import Mismatch, Oracle, Outcome, UnknownOpError, check_pass, execute
 from .strategies import partitions, programs, schedules
 from .vocab import VOCABULARY, OpKind, OpSpec
 
 __all__ = [
     "programs", "schedules", "partitions",
-    "Case", "InputSpec", "InputBinding", "Recipe", "program_python",
+    "Case", "InputSpec", "InputBinding", "Recipe", "program_python", "to_python_function",
     "Oracle", "Outcome", "Mismatch", "UnknownOpError", "execute", "check_pass",
     "VOCABULARY", "OpSpec", "OpKind",
 ]

@@ -21,7 +21,7 @@ from ..model import describe_key
 from ..program import Instruction, Program
 from .vocab import TensorMeta, format_operand, spec_for
 
-__all__ = ["Recipe", "InputBinding", "InputSpec", "RunInputs", "Case", "program_python"]
+__all__ = ["Recipe", "InputBinding", "InputSpec", "RunInputs", "Case", "program_python", "to_python_function"]
 
 
 class Recipe(enum.Enum):
@@ -164,6 +164,24 @@ def program_python(program: Program, *, name: str = "program", return_at: int | 
     returns = "".join(f"{v}, " for v in program.returns).rstrip(" ")
     lines.append(f"    return ({returns})")
     return "\n".join(lines)
+
+
+def to_python_function(case: Case, *, generators: Mapping[str, torch.Generator] | None = None,
+                       name: str = "program") -> Callable[..., tuple[object, ...]]:
+    """``case.program`` as a real Python function (the source :func:`program_python` prints, compiled), taking the
+    program inputs positionally and returning the tuple of returned values — what a tracing compiler such as
+    ``thunder.jit`` gets to see. Generator operands refer to ``generators`` (by name; default: fresh ones from
+    ``case.inputs``)."""
+    from .vocab import opaque_axpy_
+
+    if generators is None:
+        generators = case.inputs.materialize().generators
+    namespace: dict[str, object] = {"torch": torch, "opaque_axpy_": opaque_axpy_, **generators}
+    source = program_python(case.program, name=name)
+    exec(compile(source, f"<effects.testing program {name}>", "exec"), namespace)  # noqa: S102 - our own printout
+    fn = namespace[name]
+    fn.__source__ = source  # type: ignore[attr-defined]
+    return fn  # type: ignore[return-value]
 
 
 def _body(instructions: Sequence[Instruction], indent: str) -> list[str]:

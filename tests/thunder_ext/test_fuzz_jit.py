@@ -1,0 +1,39 @@
+"""Differential fuzzing of thunder_ext.jit: programs from effects.testing.programs(), turned into plain Python
+functions (effects.testing.to_python_function), run through thunder_ext.jit on CPU with the torchcompile executor
+(both fusion types) and compared with eager on fresh inputs: returned values and every input after the call
+(thunder_ext.testing.check_jit).
+
+Vocabulary: everything except the generator-bound RNG ops (``uniform_``/``normal`` with ``generator=``): Thunder
+0.2.6 cannot trace a ``torch.Generator`` argument, so those programs would test Thunder's tracer, not the effect
+pipeline. ``opaque_axpy_`` stays (Thunder traces into it). Programs stock ``thunder.jit`` rejects with the same
+error (e.g. ``copy_`` broadcasting its source) are discarded (``assume``), not failures.
+
+CI (``ci`` profile) runs a few derandomized examples per fusion type (torch.compile is slow on 2 cores);
+``benchmarks/fuzz_thunder.py`` runs thousands and prints the counts.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("thunder")
+
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
+
+from effects.testing import VOCABULARY, OpKind, programs  # noqa: E402
+from thunder_ext.testing import ThunderUnsupported, check_jit  # noqa: E402
+
+OPS = tuple(op for op in VOCABULARY if op.kind is not OpKind.RNG)
+"""The fuzzed vocabulary (see the module docstring for what is left out and why)."""
+
+CASES = programs(ops=OPS, max_instructions=8, generators=0)
+
+
+@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+@settings(max_examples=8, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=CASES)
+def test_thunder_ext_jit_matches_eager(fusion_type, case):
+    try:
+        check_jit(case, executors=["torchcompile"], fusion_type=fusion_type)
+    except ThunderUnsupported:
+        assume(False)
