@@ -16,7 +16,9 @@ patched name(s)                                   replacement
 imports in ``torch_compile``, ``nvfuserex_impl``
 ``rematerialization.find_cut``                    :func:`pipeline.find_cut`
 ``CUDAGraphTransform.transform_trace_post_…``     marks the runner of an effect-aware compilation
-``CUDAGraphRunner.call_cuda_graph``               copies writes to non-static arguments back
+``CUDAGraphRunner.call_cuda_graph``               copies writes to non-static arguments back; returns fresh
+                                                  outputs, not the static buffers the next replay overwrites
+                                                  (opt out: compile option :data:`SHARE_OUTPUTS_OPTION`)
 ``CUDAGraphRunner.build_cuda_graph``              warms up on clones of written static inputs
 ``jit_ext._general_jit_lookaside_map[torch_fn]``  new entries: torch functions without a Thunder symbol trace
                                                   as opaque torch calls (:mod:`thunder_ext.opaque_torch`)
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 import thunder
 import thunder.core.jit_ext as jit_ext
@@ -52,6 +55,8 @@ import thunder.executors.data_dependent_partition as ddp
 import thunder.executors.passes as passes
 import thunder.executors.torch_compile as torch_compile
 import thunder.transforms.cudagraph as cudagraph
+
+from thunder.core.compile_data import get_compile_option
 
 from . import opaque_torch, pipeline
 
@@ -111,10 +116,34 @@ def _capturing() -> bool:
         return False
 
 
+_SHARE_FLAG = "_thunder_effects_share_outputs"
+SHARE_OUTPUTS_OPTION = "thunder_effects_cudagraph_share_outputs"
+"""Compile option (bool): return the CUDA graph's static output buffers (overwritten by the next call) instead of
+fresh tensors — faster, for callers that consume each result before the next call."""
+
+
 def _cg_transform_post_optimization(self: Any, trace: Any, **kwargs: Any) -> Any:
     if pipeline.active():
-        setattr(self.cuda_graph_runner, _EFFECTS_FLAG, True)
+        runner = self.cuda_graph_runner
+        setattr(runner, _EFFECTS_FLAG, True)
+        share = get_compile_option(SHARE_OUTPUTS_OPTION, "Return CUDA graph static outputs (thunder-effects).")
+        setattr(runner, _SHARE_FLAG, bool(share))
     return _ORIG_POST_OPT(self, trace, **kwargs)
+
+
+def _fresh_outputs(outputs: Any, static_inputs: Sequence[Any], args: Sequence[Any]) -> Any:
+    """Static output buffers -> what eager would return: an output that *is* a static input is the caller's
+    argument (the copy-back made it current); every other output is cloned, so the next replay cannot overwrite
+    it (a view of an input loses its aliasing — values stay right)."""
+    argument_of = {id(s): a for s, a in zip(static_inputs, args) if isinstance(s, torch.Tensor)}
+
+    def fresh(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        arg = argument_of.get(id(value))
+        return arg if isinstance(arg, torch.Tensor) else value.clone()
+
+    return tree_map(fresh, outputs)
 
 
 def _cg_written(runner: Any, fn_name: str) -> frozenset[int]:
@@ -139,7 +168,9 @@ def _cg_call(self: Any, fn_name: str, *args: Any) -> Any:
         static, arg = static_inputs[k], args[k]
         if static is not arg and isinstance(arg, torch.Tensor):
             arg.copy_(static)  # the graph wrote its private copy of a non-static argument
-    return outputs
+    if getattr(self, _SHARE_FLAG, False):
+        return outputs
+    return _fresh_outputs(outputs, static_inputs, args)
 
 
 def _cg_build(self: Any, fn: Callable[..., Any], args: Sequence[Any], static_args_mask: tuple[bool, ...]) -> Any:

@@ -106,3 +106,33 @@ def test_batch_norm_buffers_are_updated_once_per_call(cuda_graphs):
         torch.testing.assert_close(module.running_mean, reference.running_mean)
         torch.testing.assert_close(module.running_var, reference.running_var)
         assert module.num_batches_tracked.item() == reference.num_batches_tracked.item()
+
+
+def test_returned_tensors_survive_the_next_call(cuda_graphs):
+    def f(a, b):
+        a.add_(b)
+        return a * 2, a
+
+    jfn = thunder_ext.jit(f, executors=["torch"], transforms=[CUDAGraphTransform()])
+    a, b = torch.zeros(4, device=cuda_graphs), torch.ones(4, device=cuda_graphs)
+    first, first_a = jfn(a, b)
+    kept = first.clone()
+    second, second_a = jfn(a, b)  # replays the graph into the same static output buffers
+    torch.testing.assert_close(first, kept)  # a fresh tensor: not overwritten by the second call
+    torch.testing.assert_close(second, torch.full((4,), 4.0, device=cuda_graphs))
+    assert first_a is a and second_a is a  # an output that is an argument is the caller's tensor, as in eager
+    torch.testing.assert_close(a, torch.full((4,), 2.0, device=cuda_graphs))
+
+
+def test_sharing_the_static_outputs_is_opt_in(cuda_graphs):
+    def f(a):
+        return (a * 2 + 1) * 3  # more than one op: a single-op region is not graphed
+
+    jfn = thunder_ext.jit(f, executors=["torch"], transforms=[CUDAGraphTransform()],
+                          thunder_effects_cudagraph_share_outputs=True)
+    a = torch.ones(4, device=cuda_graphs)
+    first = jfn(a)
+    a.fill_(3.0)
+    second = jfn(a)
+    assert first.data_ptr() == second.data_ptr()  # the graph's static buffer, overwritten by the replay
+    torch.testing.assert_close(first, torch.full((4,), 21.0, device=cuda_graphs))
