@@ -110,7 +110,8 @@ def _run_isolated(model: str, compiler: str, args: argparse.Namespace) -> dict[s
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "inductor"),
                    TRITON_CACHE_DIR=str(Path(tmp) / "triton"))
         cmd = [sys.executable, "-m", "benchmarks.models", "--worker", model, compiler, "--worker-out", str(out),
-               "--device", args.device, "--size", args.size, "--executor", args.executor, "--runs", str(args.runs)]
+               "--device", args.device, "--size", args.size, "--executor", args.executor, "--runs", str(args.runs),
+               *(["--threads", str(args.threads)] if args.threads else [])]
         proc = subprocess.run(cmd, env=env, cwd=Path(__file__).resolve().parent.parent, timeout=args.timeout,
                               check=False)
         if proc.returncode != 0 or not out.exists():
@@ -192,12 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compilers", nargs="+", metavar="NAME",
                         help="subset of compilers (default: all, including the update_aliases variants for (c))")
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); on a busy "
+                        "machine 1 avoids OpenMP barrier stalls in compiled CPU kernels")
     parser.add_argument("--in-process", action="store_true", help="no child processes (caches are shared)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per isolated (model, compiler)")
     parser.add_argument("--name", help="result file name under benchmarks/results/")
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "COMPILER"), help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.worker:
         return _worker(args)
     device = torch.device(args.device)

@@ -95,12 +95,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--executor", choices=EXECUTORS, default="torchcompile", help="Thunder fusion executor")
     parser.add_argument("--runs", type=int, default=20, help="timed calls per median (capped at ~10 s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); on a busy "
+                        "machine 1 avoids OpenMP barrier stalls in compiled CPU kernels")
     parser.add_argument("--save", metavar="NAME", help="also write benchmarks/results/NAME.{json,md}")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device, size = torch.device(args.device), SIZES[args.size]
     env = environment(device)
     print(f"thunder-effects demo: device={device} executor={args.executor} size={size.name} "
