@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import random
 import sys
 import time
 import warnings
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from effects.testing import VOCABULARY, Case, Mismatch, OpKind, programs
@@ -26,17 +25,16 @@ from thunder_ext.testing import ThunderUnsupported, check_jit
 OPS = tuple(op for op in VOCABULARY if op.kind is not OpKind.RNG)
 
 
-def draw_cases(n: int, seed: int) -> list[Case]:
+def draw_cases(n: int, seed_value: int) -> list[Case]:
     drawn: list[Case] = []
     strategy = programs(ops=OPS, max_instructions=8, generators=0)
 
-    @settings(max_examples=n, database=None, deadline=None, derandomize=False,
-              suppress_health_check=list(HealthCheck))
+    @seed(seed_value)
+    @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.data())
     def collect(data: st.DataObject) -> None:
         drawn.append(data.draw(strategy))
 
-    random.seed(seed)
     collect()
     return drawn[:n]
 
