@@ -97,6 +97,12 @@ class Registry:
         self.derivers = derivers
         self._entries: dict[Hashable, list[Declaration]] = {}
         self._lock = threading.RLock()
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever a declaration is added or undone: callers may cache answers per generation."""
+        return self._generation
 
     # --- declaring -----------------------------------------------------------------------------------------
     def declare(
@@ -137,6 +143,7 @@ class Registry:
                     )
             decl = Declaration(op, effects, source, signature)
             stack.append(decl)
+            self._generation += 1
         return Registration(self, decl)
 
     def _remove(self, decl: Declaration) -> None:
@@ -145,6 +152,7 @@ class Registry:
             for i, entry in enumerate(stack):
                 if entry is decl:
                     del stack[i]
+                    self._generation += 1
                     break
             if not stack:
                 self._entries.pop(decl.op, None)

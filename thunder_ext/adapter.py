@@ -30,6 +30,7 @@ a pass can map its decisions back (:mod:`thunder_ext.pipeline`).
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,25 +92,88 @@ def _operand(value: object) -> Operand:
     return Const(_hashable(value))
 
 
-def operands_of(bsym: BoundSymbol) -> tuple[tuple[Operand, ...], bool]:
-    """The operands of ``bsym`` and whether they follow the symbol's signature (``False``: fallback layout)."""
-    sig = python_signature(bsym.sym)
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """Where one parameter's value comes from in a call: ``args[index]``, ``args[index:]`` (``*args``),
+    ``kwargs[name]``, the listed keywords (``**kwargs``) or the parameter's default (``const``)."""
+
+    kind: str  # "arg" | "args_from" | "kwarg" | "kwargs" | "default"
+    index: int = 0
+    names: tuple[str, ...] = ()
+    const: Const | None = None
+
+
+class _Placeholder:
+    """Stands for one call argument while binding a signature: binding only looks at the call's structure."""
+
+    __slots__ = ("index", "name")
+
+    def __init__(self, index: int, name: str | None = None) -> None:
+        self.index = index
+        self.name = name
+
+
+def _slot(param: inspect.Parameter, bound: dict[str, object]) -> _Slot:
+    if param.name not in bound:
+        default = param.default
+        return _Slot("default", const=Const(None if default is inspect.Parameter.empty else _hashable(default)))
+    value = bound[param.name]
+    if param.kind is inspect.Parameter.VAR_POSITIONAL:
+        items = tuple(value)  # type: ignore[arg-type]
+        return _Slot("args_from", index=items[0].index if items else -1)
+    if param.kind is inspect.Parameter.VAR_KEYWORD:
+        return _Slot("kwargs", names=tuple(value))  # type: ignore[arg-type]
+    assert isinstance(value, _Placeholder)
+    return _Slot("arg", index=value.index) if value.name is None else _Slot("kwarg", names=(value.name,))
+
+
+_plans: dict[tuple[object, int, tuple[str, ...]], tuple[_Slot, ...] | None] = {}
+
+
+def _binding_plan(sym: Any, nargs: int, kwnames: tuple[str, ...]) -> tuple[_Slot, ...] | None:
+    """How a call of ``sym`` with ``nargs`` positional arguments and keywords ``kwnames`` binds to its signature
+    (``None``: no signature, or the call does not bind). ``inspect.Signature.bind`` depends on that structure only,
+    so it runs once per (symbol, structure), on placeholders."""
+    key = (sym, nargs, kwnames)
+    try:
+        return _plans[key]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable symbol: bind every time
+        key = None
+    plan: tuple[_Slot, ...] | None = None
+    sig = python_signature(sym)
     if sig is not None:
         try:
-            bound = sig.bind(*bsym.args, **bsym.kwargs)
+            bound = sig.bind(*(_Placeholder(i) for i in range(nargs)),
+                             **{k: _Placeholder(-1, k) for k in kwnames}).arguments
         except TypeError:
             bound = None
         if bound is not None:
-            ops = []
-            for name, param in sig.parameters.items():
-                if name in bound.arguments:
-                    ops.append(_operand(bound.arguments[name]))
-                else:
-                    default = param.default
-                    ops.append(Const(None if default is inspect.Parameter.empty else _hashable(default)))
-            return tuple(ops), True
-    ops = [_operand(a) for a in bsym.args]
-    ops += [_operand(bsym.kwargs[k]) for k in sorted(bsym.kwargs)]
+            plan = tuple(_slot(param, bound) for param in sig.parameters.values())
+    if key is not None:
+        _plans[key] = plan
+    return plan
+
+
+def _value(slot: _Slot, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
+    if slot.kind == "arg":
+        return args[slot.index]
+    if slot.kind == "kwarg":
+        return kwargs[slot.names[0]]
+    if slot.kind == "args_from":
+        return args[slot.index:] if slot.index >= 0 else ()
+    return {k: kwargs[k] for k in slot.names}
+
+
+def operands_of(bsym: BoundSymbol) -> tuple[tuple[Operand, ...], bool]:
+    """The operands of ``bsym`` and whether they follow the symbol's signature (``False``: fallback layout)."""
+    args, kwargs = bsym.args, bsym.kwargs
+    plan = _binding_plan(bsym.sym, len(args), tuple(kwargs))
+    if plan is not None:
+        return tuple(s.const if s.kind == "default" else _operand(_value(s, args, kwargs)) for s in plan), True
+    ops = [_operand(a) for a in args]
+    ops += [_operand(kwargs[k]) for k in sorted(kwargs)]
     return tuple(ops), False
 
 
@@ -125,30 +189,85 @@ def _widen_aliases(eff: Effects, num_outputs: int) -> Effects:
     return Effects(eff.operands, widened, eff.resources)
 
 
+@dataclass(frozen=True, slots=True)
+class _Resolved:
+    """The resolution of one bound symbol, kept on it: valid while the registry is at the same generation and
+    the bound symbol still has the same symbol, arguments, output and subsymbols (Thunder replaces those fields
+    rather than mutating them; DCE reassigns ``subsymbols``)."""
+
+    registry: effects.Registry
+    generation: int
+    sym: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    output: Any
+    subsymbols: Sequence[BoundSymbol]
+    operands: tuple[Operand, ...]
+    effects: Effects
+
+    def still_valid(self, bsym: BoundSymbol, registry: effects.Registry, generation: int) -> bool:
+        return (self.registry is registry and self.generation == generation and self.sym is bsym.sym
+                and self.args is bsym.args and self.kwargs is bsym.kwargs and self.output is bsym.output
+                and self.subsymbols is bsym.subsymbols)
+
+
+_RESOLVED_ATTR = "_thunder_effects_resolved"
+
+_declared_tables: weakref.WeakKeyDictionary[effects.Registry, tuple[int, dict[Hashable, Effects | None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _declared_table(registry: effects.Registry) -> dict[Hashable, Effects | None]:
+    """Declared effects per symbol key for ``registry``'s current generation (shared across adaptations)."""
+    generation = registry.generation
+    entry = _declared_tables.get(registry)
+    if entry is None or entry[0] != generation:
+        entry = (generation, {})
+        _declared_tables[registry] = entry
+    return entry[1]
+
+
 class _Resolver:
-    """Resolves effects of bound symbols against one registry, memoised for the lifetime of one adaptation."""
+    """Resolves effects of bound symbols against one registry.
+
+    Each bound symbol is resolved once per registry generation: the result (:class:`_Resolved`) is stored on the
+    bound symbol, so the many adaptations of one compilation (partition, every DCE, rematerialization, and the
+    region traces Thunder builds from the same bound symbols) and a composite's subsymbols shared between them
+    are resolved once. Declared effects are looked up once per symbol key and generation."""
 
     def __init__(self, registry: effects.Registry) -> None:
         self.registry = registry
-        self._memo: dict[int, tuple[BoundSymbol, tuple[Operand, ...], Effects]] = {}
+        self.generation = registry.generation
+        self._declared = _declared_table(registry)
 
     def declared(self, bsym: BoundSymbol) -> Effects | None:
-        keys = [impl_key(bsym.sym), key_of(bsym.sym)]
+        sym = bsym.sym
+        ikey = impl_key(sym)
+        key = ikey if ikey is not None else (key_of(sym),)
+        try:
+            return self._declared[key]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable id
+            return None
+        found = self._declared[key] = self._lookup(ikey, key_of(sym))
+        return found
+
+    def _lookup(self, *keys: Hashable) -> Effects | None:
         for key in keys:
             if key is None:
                 continue
-            try:
-                resolution = self.registry.resolve(key)
-            except TypeError:  # unhashable id
-                return None
+            resolution = self.registry.resolve(key)
             if resolution.origin != "unknown":
                 return resolution.effects
         return None
 
     def resolve(self, bsym: BoundSymbol) -> tuple[tuple[Operand, ...], Effects]:
-        hit = self._memo.get(id(bsym))
-        if hit is not None and hit[0] is bsym:
-            return hit[1], hit[2]
+        cache = vars(bsym)
+        hit = cache.get(_RESOLVED_ATTR)
+        if hit is not None and hit.still_valid(bsym, self.registry, self.generation):
+            return hit.operands, hit.effects
         operands, bound = operands_of(bsym)
         declared = self.declared(bsym)
         if declared is not None and not bound and (declared.operands or declared.aliases):
@@ -159,7 +278,8 @@ class _Resolver:
         else:
             eff = declared if declared is not None else OPAQUE
         eff = _widen_aliases(eff, len(_output_names(bsym)))
-        self._memo[id(bsym)] = (bsym, operands, eff)
+        cache[_RESOLVED_ATTR] = _Resolved(self.registry, self.generation, bsym.sym, bsym.args, bsym.kwargs,
+                                          bsym.output, bsym.subsymbols, operands, eff)
         return operands, eff
 
     def from_subsymbols(self, bsym: BoundSymbol, operands: Sequence[Operand]) -> Effects:
@@ -185,12 +305,14 @@ class _Resolver:
                     read_before_write |= targets - written
                 if access is not None and access.writes:
                     written |= targets
-            outs = _output_names(sub)
-            for alias in sub_eff.aliases:
-                if alias.output < len(outs) and alias.operand < len(sub_operands):
-                    sources = set().union(*(reaches.get(v, ()) for v in operand_values(sub_operands[alias.operand])))
-                    if sources:
-                        reaches.setdefault(outs[alias.output], set()).update(sources)
+            if sub_eff.aliases:
+                outs = _output_names(sub)
+                for alias in sub_eff.aliases:
+                    if alias.output < len(outs) and alias.operand < len(sub_operands):
+                        sources = set().union(
+                            *(reaches.get(v, ()) for v in operand_values(sub_operands[alias.operand])))
+                        if sources:
+                            reaches.setdefault(outs[alias.output], set()).update(sources)
         operand_effects = []
         for pos in sorted(read | written):
             if pos in written:
@@ -198,9 +320,10 @@ class _Resolver:
             else:
                 access = Access.READ
             operand_effects.append(OperandEffect(pos, access))
+        own = _operand_value_set(operands)
         aliases = frozenset(
-            Alias(j, pos, True) for j, out in enumerate(_output_names(bsym)) for pos in reaches.get(out, ())
-            if out not in _operand_value_set(operands)
+            Alias(j, pos, True) for j, out in enumerate(_output_names(bsym)) if out not in own
+            for pos in reaches.get(out, ())
         )
         return Effects(tuple(operand_effects), aliases, frozenset(resources))
 

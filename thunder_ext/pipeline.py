@@ -44,7 +44,7 @@ from thunder.core.compile_data import get_compile_data, get_compile_option
 from thunder.core.prims import OpTags, PrimIDs
 from thunder.core.proxies import NumberProxyInterface, Proxy, variableify
 from thunder.core.pytree import tree_flatten, tree_map
-from thunder.core.symbol import BoundSymbol, BoundSymbolTag, has_tags
+from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
 from .adapter import AdaptedTrace, adapt, adapt_bsyms, bsym_effects
@@ -204,20 +204,41 @@ def _has_effects(bsym: BoundSymbol) -> bool:
     return eff.opaque or bool(eff.written) or bool(eff.resources)
 
 
-def _remove_noop_subsymbols(bsym: BoundSymbol) -> None:
+class _DontDce:
+    """``has_tags(bsym, {DONT_DCE})`` — the tag on the bound symbol, its symbol, or anything below it — computed
+    once per bound symbol of one DCE pass (Thunder's ``gather_tags`` re-walks the whole subtree on every call,
+    which is quadratic for a fused region asked about each of its members)."""
+
+    def __init__(self) -> None:
+        self._memo: dict[int, tuple[BoundSymbol, bool]] = {}  # the bound symbol is kept: ids stay unique
+
+    def __call__(self, bsym: BoundSymbol) -> bool:
+        hit = self._memo.get(id(bsym))
+        if hit is not None:
+            return hit[1]
+        tags = bsym.sym.tags
+        found = (OpTags.DONT_DCE in bsym.tags or (tags is not None and OpTags.DONT_DCE in tags)
+                 or any(self(sub) for sub in bsym.subsymbols))
+        self._memo[id(bsym)] = (bsym, found)
+        return found
+
+
+def _remove_noop_subsymbols(bsym: BoundSymbol, dont_dce: _DontDce) -> None:
     """Thunder's ``_remove_noop_subsymbols`` (drop subsymbols without outputs, and composite ones without
     subsymbols), except that a subsymbol with effects (a write, a resource, opaque) is never a no-op: an
     output-less in-place op inside a composite (``_foreach_mul_`` in :mod:`thunder_ext.opaque_torch`) stays."""
     kept = []
+    keep_outputless = None
     for sub in bsym.subsymbols:
         effectful = _has_effects(sub)
         if not effectful and not sub.subsymbols and not sub.sym.is_prim:
             continue
-        if not effectful and not has_tags(bsym, {OpTags.DONT_DCE}) and not any(
-            o is not None for o in sub.flat_proxy_outs
-        ):
-            continue
-        _remove_noop_subsymbols(sub)
+        if not effectful and not any(o is not None for o in sub.flat_proxy_outs):
+            if keep_outputless is None:
+                keep_outputless = dont_dce(bsym)
+            if not keep_outputless:
+                continue
+        _remove_noop_subsymbols(sub, dont_dce)
         kept.append(sub)
     bsym.subsymbols = kept
 
@@ -231,9 +252,10 @@ def dce(trace: TraceCtx, needed_proxies: set | None = None) -> TraceCtx:
     needed = {p.name for p in flat_out if isinstance(p, Proxy)}
     if needed_proxies is not None:
         needed |= {v.proxy.name for v in needed_proxies}
+    dont_dce = _DontDce()
     roots = set(live_instructions(graph))
     for i, bsym in enumerate(adapted.bsyms):
-        if has_tags(bsym, {OpTags.DONT_DCE}) or any(o.name in needed for o in bsym.flat_proxy_outs):
+        if dont_dce(bsym) or any(o.name in needed for o in bsym.flat_proxy_outs):
             roots.add(i)
     live = _close_liveness(graph, roots)
     index = {id(b): i for i, b in enumerate(adapted.bsyms)}
@@ -244,11 +266,11 @@ def dce(trace: TraceCtx, needed_proxies: set | None = None) -> TraceCtx:
         keep = (
             (i is not None and i in live)
             or bsym.sym.id is PrimIDs.RETURN
-            or has_tags(bsym, {OpTags.DONT_DCE})
+            or dont_dce(bsym)
             or any(o.name in needed for o in bsym.flat_proxy_outs)
         )
         if keep:
-            _remove_noop_subsymbols(bsym)
+            _remove_noop_subsymbols(bsym, dont_dce)
             kept.append(bsym)
             needed |= {p.name for p in bsym.flat_proxy_args}
     if needed_proxies is not None:
