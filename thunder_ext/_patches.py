@@ -15,6 +15,8 @@ patched name(s)                                   replacement
 ``rematerialization.rematerialize`` and its       :func:`pipeline.rematerialize`
 imports in ``torch_compile``, ``nvfuserex_impl``
 ``rematerialization.find_cut``                    :func:`pipeline.find_cut`
+``Region`` as imported by ``torch_compile``,      :func:`pipeline.region` (the same region in linear time)
+``transforms.cudagraph``, ``nvfuserex_impl``
 ``CUDAGraphTransform.transform_trace_post_…``     marks the runner of an effect-aware compilation
 ``CUDAGraphRunner.call_cuda_graph``               copies writes to non-static arguments back; returns fresh
                                                   outputs, not the static buffers the next replay overwrites
@@ -54,6 +56,7 @@ import thunder.core.update_aliases as update_aliases_mod
 import thunder.executors.data_dependent_partition as ddp
 import thunder.executors.passes as passes
 import thunder.executors.torch_compile as torch_compile
+import thunder.executors.utils as executor_utils
 import thunder.transforms.cudagraph as cudagraph
 
 from thunder.core.compile_data import get_compile_option
@@ -212,6 +215,7 @@ def _build_patches() -> tuple[Patch, ...]:
         dce=transform_common.dce,
         rematerialize=remat_mod.rematerialize,
         find_cut=remat_mod.find_cut,
+        Region=executor_utils.Region,
     )
     o = pipeline.ORIGINALS
     table = [
@@ -225,6 +229,8 @@ def _build_patches() -> tuple[Patch, ...]:
         Patch(remat_mod, "rematerialize", o["rematerialize"], pipeline.rematerialize),
         Patch(torch_compile, "rematerialize", o["rematerialize"], pipeline.rematerialize),
         Patch(remat_mod, "find_cut", o["find_cut"], pipeline.find_cut),
+        Patch(torch_compile, "Region", o["Region"], pipeline.region),
+        Patch(cudagraph, "Region", o["Region"], pipeline.region),
         Patch(cudagraph.CUDAGraphTransform, "transform_trace_post_optimization", _ORIG_POST_OPT,
               _cg_transform_post_optimization),
         Patch(cudagraph.CUDAGraphRunner, "call_cuda_graph", _ORIG_CALL, _cg_call),
@@ -239,7 +245,8 @@ def _build_patches() -> tuple[Patch, ...]:
     nvfuser = _optional_module("thunder.executors.nvfuserex_impl")
     if nvfuser is not None:
         table += [Patch(nvfuser, "dce", o["dce"], pipeline.dce),
-                  Patch(nvfuser, "rematerialize", o["rematerialize"], pipeline.rematerialize)]
+                  Patch(nvfuser, "rematerialize", o["rematerialize"], pipeline.rematerialize),
+                  Patch(nvfuser, "Region", o["Region"], pipeline.region)]
     return tuple(table)
 
 
@@ -251,6 +258,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "dce": ("trace", "needed_proxies"),
     "rematerialize": ("trace",),
     "find_cut": ("external_producer_outputs", "producer", "consumer"),
+    "Region": ("producers", "consumers", "bound_symbols"),
     "transform_trace_post_optimization": ("self", "trace", "kwargs"),
     "call_cuda_graph": ("self", "fn_name", "args"),
     "build_cuda_graph": ("self", "fn", "args", "static_args_mask"),

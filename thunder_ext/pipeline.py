@@ -161,6 +161,45 @@ def fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]) 
     return groups
 
 
+def region(producers: Any, consumers: Any, bound_symbols: list[BoundSymbol]) -> Any:
+    """Stand-in for ``thunder.executors.utils.Region``: the same region (members, inputs and outputs in
+    first-appearance order), built in linear time. Thunder's constructor tests membership with
+    ``producer in bound_symbols`` on the member list — a scan with structural ``BoundSymbol.__eq__`` per proxy,
+    quadratic in the region size; here membership is a set lookup under the same equality (its hash)."""
+    original = ORIGINALS["Region"]
+    if not active():
+        return original(producers, consumers, bound_symbols)
+    from thunder.core.transform_common import order_proxies
+    from thunder.core.utils import OrderedSet
+    from thunder.executors.utils import comment_symbols
+
+    ids = {id(b) for b in bound_symbols}
+    members = set(bound_symbols)
+
+    def member(bsym: BoundSymbol) -> bool:
+        return id(bsym) in ids or bsym in members
+
+    consumes: dict[str, Proxy] = {}
+    produces: dict[str, Proxy] = {}
+    for bsym in bound_symbols:
+        for x in bsym.flat_outs:
+            if isinstance(x, Proxy) and member(producers[x]):
+                produces.setdefault(x.name, x)
+        if bsym.sym.id in comment_symbols:
+            continue  # comments consume nothing (they may produce)
+        for x in bsym.flat_args:
+            if isinstance(x, Proxy):
+                consumes.setdefault(x.name, x)
+    inputs = [x for x in consumes.values() if not member(producers[x])]
+    outputs = [x for x in produces.values() if any(not member(c) for c in consumers.get(x, ()))]
+    order = order_proxies(bound_symbols)
+    result = original.__new__(original)
+    result.bound_symbols = bound_symbols
+    result.inputs = OrderedSet(variableify(x) for x in sorted(inputs, key=lambda p: order[p.name]))
+    result.outputs = OrderedSet(variableify(x) for x in sorted(outputs, key=lambda p: order[p.name]))
+    return result
+
+
 # --- dead code elimination ------------------------------------------------------------------------------------
 _KEEPS_ALIVE = (EdgeKind.DATA, EdgeKind.RAW, EdgeKind.WAW)
 
@@ -179,7 +218,9 @@ def _close_liveness(graph: DependencyGraph, roots: set[int]) -> set[int]:
 
 
 def _dedup_number_proxies(bsyms: Iterable[BoundSymbol]) -> list[BoundSymbol]:
-    """Drop repeated extractions of the same number proxy (symbolic shapes); keep bound symbols without outputs."""
+    """Drop repeated extractions of the same number proxy (symbolic shapes); keep bound symbols without outputs.
+    A bound symbol whose output does not change is kept as it is (not copied), so what is known about it (its
+    cached effects, Thunder's cached properties) carries over to the next pass."""
     seen: set[str] = set()
 
     def keep_or_swap(p: object) -> object:
@@ -195,7 +236,12 @@ def _dedup_number_proxies(bsyms: Iterable[BoundSymbol]) -> list[BoundSymbol]:
         outs = bsym.flat_outs
         if outs and all(isinstance(o, NumberProxyInterface) and o.name in seen for o in outs):
             continue
-        result.append(bsym.from_bsym(output=tree_map(keep_or_swap, bsym.output)))
+        numbers = [o.name for o in outs if isinstance(o, NumberProxyInterface)]
+        if len(set(numbers)) != len(numbers) or any(name in seen for name in numbers):
+            result.append(bsym.from_bsym(output=tree_map(keep_or_swap, bsym.output)))
+        else:
+            seen.update(numbers)
+            result.append(bsym)
     return result
 
 
@@ -240,7 +286,8 @@ def _remove_noop_subsymbols(bsym: BoundSymbol, dont_dce: _DontDce) -> None:
                 continue
         _remove_noop_subsymbols(sub, dont_dce)
         kept.append(sub)
-    bsym.subsymbols = kept
+    if len(kept) != len(bsym.subsymbols) or not isinstance(bsym.subsymbols, list):
+        bsym.subsymbols = kept  # only when something went: a new list invalidates the cached effects
 
 
 def dce(trace: TraceCtx, needed_proxies: set | None = None) -> TraceCtx:
