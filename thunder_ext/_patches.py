@@ -17,11 +17,12 @@ imports in ``torch_compile``, ``nvfuserex_impl``
 ``rematerialization.find_cut``                    :func:`pipeline.find_cut`
 ``Region`` as imported by ``torch_compile``,      :func:`pipeline.region` (the same region in linear time)
 ``transforms.cudagraph``, ``nvfuserex_impl``
-``CUDAGraphTransform.transform_trace_post_…``     marks the runner of an effect-aware compilation
-``CUDAGraphRunner.call_cuda_graph``               copies writes to non-static arguments back; returns fresh
+``CUDAGraphTransform.transform_trace_post_…``     marks the runner of an effect-aware compilation and binds
+                                                  on that runner (not the class, :data:`RUNNER_METHODS`):
+``runner.call_cuda_graph``                        copies writes to non-static arguments back; returns fresh
                                                   outputs, not the static buffers the next replay overwrites
                                                   (opt out: compile option :data:`SHARE_OUTPUTS_OPTION`)
-``CUDAGraphRunner.build_cuda_graph``              warms up on clones of written static inputs
+``runner.build_cuda_graph``                       warms up on clones of written static inputs
 ``jit_ext._general_jit_lookaside_map[torch_fn]``  new entries: torch functions without a Thunder symbol trace
                                                   as opaque torch calls (:mod:`thunder_ext.opaque_torch`)
 ``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them
@@ -31,7 +32,15 @@ Every replacement falls back to the original unless the pipeline is active, so a
 nothing for plain ``thunder.jit`` until :func:`thunder_ext.install` is called. :func:`apply` refuses to patch
 when a target is no longer the function this module expects (Thunder changed, or someone else patched it):
 ``tests/thunder_ext/test_patches.py`` pins the identities and signatures. :func:`apply`/:func:`restore` are
-reference-counted so ``install()`` and every running ``thunder_ext.jit`` call can hold them independently.
+reference-counted so ``install()`` and every compiling ``thunder_ext.jit`` call can hold them independently.
+
+When a ``thunder_ext.jit`` function holds them: only while it *compiles*. Holding them on every call (129
+setattrs and dict writes each way) cost more than Thunder's whole cache-hit path, and nothing patched runs on a
+cache hit (the fused trace's CUDA graph runner carries its own bound replacements). A cache miss is seen where it
+starts: :data:`COMPILE_HOOK` wraps ``thunder_general_jit`` (installed once, by the first ``thunder_ext.jit``,
+inert without the compile option), takes a hold for a compilation that has the option, and the
+``thunder_ext.jit`` call that missed releases it when it returns (:func:`enter_call`/:func:`exit_call`, one
+thread-local counter each way on the hit path).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import contextvars
 import importlib
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,13 +69,14 @@ import thunder.executors.torch_compile as torch_compile
 import thunder.executors.utils as executor_utils
 import thunder.transforms.cudagraph as cudagraph
 
-from thunder.core.compile_data import get_compile_option
+from thunder.core.compile_data import get_compile_data, get_compile_option
 
 from . import opaque_torch, pipeline
 
 torch_langctx = importlib.import_module("thunder.torch.langctx")  # `thunder.torch.langctx` is shadowed by a class
 
-__all__ = ["Patch", "PATCHES", "apply", "restore", "applied", "holding", "EXPECTED_PARAMETERS"]
+__all__ = ["Patch", "PATCHES", "RUNNER_METHODS", "COMPILE_HOOK", "apply", "restore", "applied", "holding",
+           "hook_compilations", "enter_call", "exit_call", "EXPECTED_PARAMETERS"]
 
 
 ABSENT: Any = object()
@@ -131,6 +142,10 @@ def _cg_transform_post_optimization(self: Any, trace: Any, **kwargs: Any) -> Any
         setattr(runner, _EFFECTS_FLAG, True)
         share = get_compile_option(SHARE_OUTPUTS_OPTION, "Return CUDA graph static outputs (thunder-effects).")
         setattr(runner, _SHARE_FLAG, bool(share))
+        # the runner runs on every call, long after the compilation released the patches: its replacements are
+        # bound to this runner (the fused trace calls ``runner.call_cuda_graph``), not patched on the class
+        runner.call_cuda_graph = types.MethodType(_cg_call, runner)
+        runner.build_cuda_graph = types.MethodType(_cg_build, runner)
     return _ORIG_POST_OPT(self, trace, **kwargs)
 
 
@@ -233,8 +248,6 @@ def _build_patches() -> tuple[Patch, ...]:
         Patch(cudagraph, "Region", o["Region"], pipeline.region),
         Patch(cudagraph.CUDAGraphTransform, "transform_trace_post_optimization", _ORIG_POST_OPT,
               _cg_transform_post_optimization),
-        Patch(cudagraph.CUDAGraphRunner, "call_cuda_graph", _ORIG_CALL, _cg_call),
-        Patch(cudagraph.CUDAGraphRunner, "build_cuda_graph", _ORIG_BUILD, _cg_build),
     ]
     lookaside_map = jit_ext._general_jit_lookaside_map
     refused = {r.torch_fn for r in opaque_torch.REFUSED}  # Thunder's own lookaside stays behind the replacement
@@ -262,9 +275,17 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "transform_trace_post_optimization": ("self", "trace", "kwargs"),
     "call_cuda_graph": ("self", "fn_name", "args"),
     "build_cuda_graph": ("self", "fn", "args", "static_args_mask"),
+    "thunder_general_jit": ("fn", "args", "kwargs", "sharp_edges", "ad_hoc_executor"),
 }
 """Parameter names of every patched Thunder function (lightning-thunder 0.2.6), pinned by the tests: the
 replacements are called with the same arguments."""
+
+RUNNER_METHODS: tuple[Patch, ...] = (
+    Patch(cudagraph.CUDAGraphRunner, "call_cuda_graph", _ORIG_CALL, _cg_call),
+    Patch(cudagraph.CUDAGraphRunner, "build_cuda_graph", _ORIG_BUILD, _cg_build),
+)
+"""The CUDA graph runner methods an effect-aware compilation replaces on its own runner (never on the class):
+listed so that the tests pin what the replacements wrap."""
 
 _lock = threading.RLock()
 _holders = 0
@@ -309,10 +330,78 @@ def restore() -> None:
 
 @contextlib.contextmanager
 def holding() -> Iterator[None]:
-    """Hold the patches for the duration of a block (one ``thunder_ext.jit`` call)."""
+    """Hold the patches for the duration of a block."""
     apply()
     try:
         yield
     finally:
         restore()
+
+
+# --- holding the patches while a thunder_ext.jit function compiles ----------------------------------------------
+class _CallState(threading.local):
+    depth = 0
+    """``thunder_ext.jit`` calls in progress on this thread."""
+    holds = 0
+    """Holds taken by compilations on this thread, released when the outermost call returns."""
+
+
+_calls = _CallState()
+_ORIG_GENERAL_JIT = jit_ext.thunder_general_jit
+
+
+def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc_executor: Any) -> Any:
+    """``thunder_general_jit`` (the first step of every cache miss): a compilation with the compile option
+    :data:`pipeline.OPTION` takes a hold of the patches before tracing; the ``thunder_ext.jit`` call that
+    triggered it releases the hold when it returns (after the first run, which builds CUDA graphs)."""
+    cd = get_compile_data()
+    if cd is not None and cd.compile_options.get(pipeline.OPTION):  # not get_compile_option: no query recorded
+        apply()
+        _calls.holds += 1
+    return _ORIG_GENERAL_JIT(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
+
+
+COMPILE_HOOK = Patch(thunder, "thunder_general_jit", _ORIG_GENERAL_JIT, _general_jit)
+"""Installed once, process-wide, by the first :func:`thunder_ext.jit` (:func:`hook_compilations`) and never
+removed: for a compilation without the compile option it calls the original and nothing else."""
+
+_hooked = False
+
+
+def hook_compilations() -> None:
+    """Install :data:`COMPILE_HOOK` (idempotent).
+
+    Raises:
+        RuntimeError: ``thunder.thunder_general_jit`` is not the function expected.
+    """
+    global _hooked
+    with _lock:
+        if _hooked:
+            return
+        if COMPILE_HOOK.current() is not COMPILE_HOOK.original:
+            raise RuntimeError(
+                f"thunder_ext cannot hook Thunder's compilations: {COMPILE_HOOK.where} is not the function it was "
+                "written against. Check the installed lightning-thunder version (0.2.6 expected) and whether "
+                "another library patched it; update thunder_ext/_patches.py."
+            )
+        COMPILE_HOOK.put(COMPILE_HOOK.replacement)
+        _hooked = True
+
+
+def enter_call() -> None:
+    """A ``thunder_ext.jit`` call starts (pair with :func:`exit_call`)."""
+    _calls.depth += 1
+
+
+def exit_call() -> int:
+    """A ``thunder_ext.jit`` call ends; the outermost one releases the holds its compilations took. Returns how
+    many holds were released (non-zero: something compiled)."""
+    state = _calls
+    state.depth -= 1
+    if state.depth or not state.holds:
+        return 0
+    released, state.holds = state.holds, 0
+    for _ in range(released):
+        restore()
+    return released
 

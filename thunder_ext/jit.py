@@ -8,8 +8,9 @@ needed. Internally Thunder's own option is always left off so that Thunder keeps
 arguments in its cache key (``f(x, y)`` and ``f(x, x.t())`` compile separately) and hands it to the pipeline,
 which records it as the program's input aliases instead of rewriting aliased arguments as reshapes.
 
-The Thunder patches (:mod:`thunder_ext._patches`) are held only while a ``thunder_ext.jit`` function runs, or
-between :func:`install` and :func:`uninstall`, which make *every* ``thunder.jit`` use the pipeline.
+The Thunder patches (:mod:`thunder_ext._patches`) are held only while a ``thunder_ext.jit`` function compiles
+(Thunder's cache missed; a cache hit runs exactly Thunder's call path plus two counter updates), or between
+:func:`install` and :func:`uninstall`, which make *every* ``thunder.jit`` use the pipeline.
 
 ``verify=True`` checks, after each compilation, every computation trace against the dependency graph of the first
 (:func:`verify_jitted`), and adds :class:`EffectVerification` to the transforms, which checks the trace after all
@@ -89,13 +90,16 @@ def verify_jitted(jfn: Callable[..., Any]) -> None:
 
 
 def _held(call: Callable[..., Any], jfn: Any, verify: bool) -> Callable[..., Any]:
+    enter, leave = _patches.enter_call, _patches.exit_call
+
     @functools.wraps(call)
     def run(*args: Any, **kwargs: Any) -> Any:
-        cs = thunder.compile_stats(jfn)
-        misses = cs.cache_misses if cs is not None else 0
-        with _patches.holding():
+        enter()
+        try:
             result = call(*args, **kwargs)
-        if verify and cs is not None and cs.cache_misses != misses:
+        finally:
+            compiled = leave()
+        if verify and compiled:
             verify_jitted(jfn)
         return result
 
@@ -115,6 +119,7 @@ def jit(fn: Callable[..., Any], /, *, verify: bool = False, **kwargs: Any) -> Ca
     kwargs["executors"] = opaque_torch.executors_with(kwargs.get("executors"))
     kwargs[pipeline.OPTION] = True
     kwargs[pipeline.OPTION_ALIAS_UPDATES] = not skip_alias_updates
+    _patches.hook_compilations()
     jfn = thunder.jit(fn, transforms=transforms, skip_inplace_alias_updates=False, **kwargs)
     if isinstance(jfn, ThunderModule):
         jfn._forward_fn = _held(jfn._forward_fn, jfn, verify)
