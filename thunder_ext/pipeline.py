@@ -48,6 +48,7 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
 from .adapter import AdaptedTrace, adapt, adapt_bsyms, bsym_effects
+from . import inductor_guard
 
 __all__ = [
     "OPTION",
@@ -154,8 +155,11 @@ def fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]) 
 
     strategy = get_compile_option("fusion_type", "Choose the type of fusion to use") or "consecutive"
     parts = partition(graph, fusible, strategy=strategy, can_fuse=can_fuse)
+    members: list[tuple[int, ...]] = [region.members for region in parts.regions]
+    if inductor_guard.compiles_with_inductor(merge_func):
+        members = inductor_guard.split_regions(adapted, graph, members)
     groups = [[b] for b in adapted.prefix]
-    groups += [[adapted.bsyms[m] for m in region.members] for region in parts.regions]
+    groups += [[adapted.bsyms[m] for m in region] for region in members]
     if adapted.return_bsym is not None:
         groups.append([adapted.return_bsym])
     return groups
