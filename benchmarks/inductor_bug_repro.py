@@ -1,0 +1,140 @@
+"""Standalone reproducers of three TorchInductor miscompilations (plain PyTorch, CPU; found with torch 2.13).
+
+    python benchmarks/inductor_bug_repro.py
+
+Each case runs a function eagerly and under ``torch.compile(fullgraph=True)`` on identical fresh inputs and prints
+the arguments after the call and the returned values of both, with ``OK``/``WRONG``. No Thunder involved.
+
+1. **Write-back reads an input already overwritten** (``remove_noop_ops``). After functionalization the graph
+   ends with one ``copy_`` per mutated input, ordered by placeholder (first use). The post-grad pass
+   ``remove_noop_ops`` replaces ``aten.copy``/``aten.clone``/same-shape views (and other metadata no-ops) by their
+   source, so the write-back of ``c`` in ``c.copy_(b); b.add_(1)`` becomes ``copy_(c, b)`` — the *placeholder*
+   ``b`` — placed after ``copy_(b, b + 1)`` when ``b`` was used first: ``c`` receives the new ``b``. Chains
+   (``a.copy_(b); c.copy_(a)``), ``clone`` (``t = b.clone(); b.add_(1); c.copy_(t)``) and views
+   (``c.copy_(b.reshape(3, 2))``, ``b[0]``, ``unsqueeze``) are affected; ``b.t()`` is not (its strides differ, so
+   the copy is not a no-op). The joint-graph pass ``remove_no_ops`` already refuses a replacement that is mutated
+   in place (pytorch/pytorch#174187); ``remove_noop_ops`` only refuses to alias an *output* with an input.
+2. **Reinplaced ``index_put`` result returned or written back** (``reinplace_inplaceable_ops``): in
+   ``x.index_put_(i, v); y = x.clone(); x.add_(1); return y`` the clone is dropped (its source is not an input
+   yet) and ``index_put`` is then reinplaced into ``x``'s buffer, so ``y`` *is* ``x``: it returns ``x + 1``, and
+   without the ``add_`` it returns a tensor sharing storage with the argument ``x``. The pass ignores uses "after
+   the ``copy_`` epilogue", but graph outputs and other inputs' write-backs read the reinplaced value exactly there.
+   ``index_copy_`` and ``x[0] = v[0]`` (a view scatter) behave the same.
+3. **``add(x, mm(a, b), alpha=k)`` becomes ``addmm(x, a, b)``**: the post-grad ``addmm`` pattern matches
+   ``aten.add.Tensor`` without looking at ``alpha`` and drops it (also for ``F.linear`` and a same-shape view of
+   the ``mm``; ``sub`` and batched ``matmul`` are fine).
+
+``thunder_ext`` works around all three for Thunder's torch.compile executors (:mod:`thunder_ext.inductor_guard`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+
+import torch
+
+IDX = torch.tensor([0, 1])
+
+
+def noop_copy_chain(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+    a.copy_(b)
+    c.copy_(a)  # c == old b
+    b.mul_(3)
+
+
+def noop_copy_first_use(b: torch.Tensor, c: torch.Tensor) -> None:
+    b.sin()  # only makes b the first placeholder (its write-back then precedes c's)
+    c.copy_(b)  # c == old b
+    b.add_(1)
+
+
+def noop_clone_then_copy(b: torch.Tensor, c: torch.Tensor) -> None:
+    t = b.clone()
+    b.add_(1)
+    c.copy_(t)  # c == old b
+
+
+def noop_view_copy(b: torch.Tensor, c: torch.Tensor) -> None:
+    b.sin()
+    c.copy_(b.reshape(3, 2))  # c == old b, reshaped
+    b.add_(1)
+
+
+def reinplaced_clone_returned(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    x.index_put_((IDX,), v, accumulate=True)
+    y = x.clone()  # a snapshot
+    x.add_(1)
+    return y
+
+
+def reinplaced_clone_aliases_input(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    x.index_put_((IDX,), v, accumulate=True)
+    return x.clone()  # must not share storage with x
+
+
+def reinplaced_copy_written_back(x: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
+    x.index_put_((IDX,), v)
+    c.copy_(x)  # c == x after index_put_
+    x.add_(1)
+
+
+def addmm_alpha(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.add(x, a @ b, alpha=0.5)
+
+
+CASES: tuple[tuple[str, Callable[..., object], Sequence[tuple[int, ...]]], ...] = (
+    ("1 a.copy_(b); c.copy_(a); b.mul_(3)", noop_copy_chain, [(2,), (2,), (2,)]),
+    ("1 b first; c.copy_(b); b.add_(1)", noop_copy_first_use, [(2, 3), (2, 3)]),
+    ("1 t = b.clone(); b.add_(1); c.copy_(t)", noop_clone_then_copy, [(2, 3), (2, 3)]),
+    ("1 c.copy_(b.reshape(3, 2)); b.add_(1)", noop_view_copy, [(2, 3), (3, 2)]),
+    ("2 x.index_put_; y = x.clone(); x.add_(1)", reinplaced_clone_returned, [(2, 3), (2, 3)]),
+    ("2 x.index_put_; c.copy_(x); x.add_(1)", reinplaced_copy_written_back, [(2, 3), (2, 3), (2, 3)]),
+    ("3 torch.add(x, a @ b, alpha=0.5)", addmm_alpha, [(2, 3), (2, 3), (3, 3)]),
+)
+
+
+def _inputs(shapes: Sequence[tuple[int, ...]]) -> list[torch.Tensor]:
+    return [torch.arange(float(torch.Size(s).numel())).reshape(s) + 10 * k for k, s in enumerate(shapes)]
+
+
+def _as_tuple(result: object) -> tuple[torch.Tensor, ...]:
+    if result is None:
+        return ()
+    return result if isinstance(result, tuple) else (result,)  # type: ignore[return-value]
+
+
+def run(name: str, fn: Callable[..., object], shapes: Sequence[tuple[int, ...]]) -> bool:
+    torch._dynamo.reset()
+    eager_args = _inputs(shapes)
+    eager = _as_tuple(fn(*eager_args))
+    compiled_args = _inputs(shapes)
+    compiled = _as_tuple(torch.compile(fn, fullgraph=True)(*compiled_args))
+    ok = all(torch.equal(e, c) for e, c in zip(eager_args + list(eager), compiled_args + list(compiled)))
+    print(f"{'OK   ' if ok else 'WRONG'} {name}")
+    if not ok:
+        print(f"      eager    args={[t.tolist() for t in eager_args]} returns={[t.tolist() for t in eager]}")
+        print(f"      compiled args={[t.tolist() for t in compiled_args]} returns={[t.tolist() for t in compiled]}")
+    return ok
+
+
+def aliasing_check() -> bool:
+    """Case 2 without a later write: the returned clone shares storage with the argument."""
+    torch._dynamo.reset()
+    x, v = _inputs([(2, 3), (2, 3)])
+    y = torch.compile(reinplaced_clone_aliases_input, fullgraph=True)(x, v)
+    shared = y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    print(f"{'WRONG' if shared else 'OK   '} 2 x.index_put_; return x.clone()  (result shares x's storage: {shared})")
+    return not shared
+
+
+def main() -> int:
+    warnings.simplefilter("ignore")
+    print(f"torch {torch.__version__}, eager vs torch.compile(fullgraph=True), CPU")
+    results = [run(*case) for case in CASES] + [aliasing_check()]
+    print(f"{results.count(False)} of {len(results)} cases miscompiled")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
