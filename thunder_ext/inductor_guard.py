@@ -153,11 +153,12 @@ class _ProgramFacts:
             for j, out in enumerate(inst.outputs):
                 self.definer[out] = i
                 aliases = [a for a in eff.aliases if a.output == j]
+                definite = [a for a in aliases if not a.may]  # a definite view decides; may-aliases add nothing
                 # a full value: fresh storage, or what an in-place op hands back for the full value it wrote
-                self.full[out] = not aliases or all(
-                    not a.may and not a.of_output and a.operand in eff.written
+                self.full[out] = not aliases or bool(definite) and all(
+                    not a.of_output and a.operand in eff.written
                     and all(self.full.get(v, False) for v in operand_values(inst.inputs[a.operand]))
-                    for a in aliases
+                    for a in definite
                 )
 
     def storage(self, value: Value) -> int:
@@ -236,7 +237,7 @@ def _stale_buffer_hazard(facts: _ProgramFacts, members: Sequence[int]) -> Hazard
             aliases = [a for a in eff.aliases if a.output == j]
             c = storage(out)
             if aliases:
-                if any(a.may for a in aliases):
+                if all(a.may for a in aliases):  # reshape, contiguous, to: a view or a copy
                     may_view_snapshot[out] = current(c)
             elif name in SNAPSHOT_OPS:
                 updates[c] = frozenset().union(*(current(storage(v)) for v in operands))

@@ -1,0 +1,245 @@
+"""thunder_ext.inductor_guard: thunder_ext.jit with the torch.compile executor matches eager on programs Inductor
+miscompiles when they form one region (benchmarks/inductor_bug_repro.py), and splits only those regions.
+
+The four ``fuzz_*`` programs are the fuzzer's (benchmarks/fuzz_thunder.py) mismatches; stock ``thunder.jit`` gets
+them wrong with ``executors=["torchcompile"]``. Every check compares returned values and every argument after the
+call with eager on identical fresh inputs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+
+import pytest
+
+pytest.importorskip("thunder")
+
+import torch  # noqa: E402
+
+import thunder  # noqa: E402
+import thunder_ext  # noqa: E402
+from effects.testing.vocab import opaque_axpy_  # noqa: E402
+from thunder_ext import inductor_guard  # noqa: E402
+
+Shapes = Sequence[tuple[int, ...]]
+
+
+def fuzz_unsqueeze_clamp_addmm(a, b):
+    t0 = torch.add(a, a)
+    t1 = b.unsqueeze(1)
+    t2 = torch.matmul(b, t0)
+    t1.clamp_(-1.0, -0.5)
+    t4 = b.unsqueeze(0)
+    opaque_axpy_(b, t2)
+    t6 = t0.unsqueeze(1)
+    return t4, t6, b
+
+
+def fuzz_index_copy_clone(a, b, c):
+    t0 = c.index_copy_(0, torch.tensor([0]), b)
+    t1 = t0.index_copy_(1, torch.tensor([2, 1, 0]), b)
+    t2 = torch.clone(t1)
+    t3 = t0.index_put_((torch.tensor([0]),), b, accumulate=True)
+    opaque_axpy_(a, b)
+    t5 = t3.index_put_((torch.tensor([0]),), b, accumulate=True)
+    opaque_axpy_(b, t5)
+    return t5, t2
+
+
+def fuzz_reshape_index_put_clone(a, b, c):
+    t0 = c.reshape((2, 3))
+    t1 = c.index_put_((torch.tensor([0, 0, 1]),), b, accumulate=True)
+    t2 = a.t()
+    t3 = torch.clone(t1)
+    t4 = t0.index_put_((torch.tensor([0, 1, 1]),), b, accumulate=True)
+    t4.index_put_((torch.tensor([1]),), t2, accumulate=True)
+    return (t3,)
+
+
+def fuzz_copy_chain(a, b, c):
+    t0 = a.copy_(b)
+    t1 = c.copy_(t0)
+    t2 = torch.mul(c, t1)
+    opaque_axpy_(b, c)
+    torch.exp(a)
+    a.mul_(c)
+    return t1, t2
+
+
+def copy_chain(a, b, c):
+    a.copy_(b)
+    c.copy_(a)
+    b.mul_(3)
+
+
+def copy_first_use(b, c):
+    b.sin()
+    c.copy_(b)
+    b.add_(1)
+
+
+def clone_then_copy(b, c):
+    t = b.clone()
+    b.add_(1)
+    c.copy_(t)
+
+
+def copy_of_view(b, c):
+    b.sin()
+    c.copy_(b.reshape(3, 2))
+    b.add_(1)
+
+
+def index_put_clone_returned(x, v):
+    x.index_put_((torch.tensor([0, 1]),), v, accumulate=True)
+    y = x.clone()
+    x.add_(1)
+    return y
+
+
+def index_put_copy_written_back(x, v, c):
+    x.index_put_((torch.tensor([0, 1]),), v)
+    c.copy_(x)
+    x.add_(1)
+
+
+def addmm_alpha(x, a, b):
+    return torch.add(x, a @ b, alpha=0.5)
+
+
+FUZZ = [
+    (fuzz_unsqueeze_clamp_addmm, [(3, 3), (2, 3)]),
+    (fuzz_index_copy_clone, [(2, 3), (1, 3), (1, 3)]),
+    (fuzz_reshape_index_put_clone, [(3,), (3,), (2, 3)]),
+    (fuzz_copy_chain, [(3, 2), (3, 2), (3, 2)]),
+]
+REDUCED = [
+    (copy_chain, [(2,), (2,), (2,)]),
+    (copy_first_use, [(2, 3), (2, 3)]),
+    (clone_then_copy, [(2, 3), (2, 3)]),
+    (copy_of_view, [(2, 3), (3, 2)]),
+    (index_put_clone_returned, [(2, 3), (2, 3)]),
+    (index_put_copy_written_back, [(2, 3), (2, 3), (2, 3)]),
+    (addmm_alpha, [(2, 3), (2, 3), (3, 3)]),
+]
+
+
+def _inputs(shapes: Shapes) -> list[torch.Tensor]:
+    return [torch.randn(s, generator=torch.Generator().manual_seed(k)) for k, s in enumerate(shapes)]
+
+
+def _as_tuple(result: object) -> tuple[torch.Tensor, ...]:
+    if result is None:
+        return ()
+    return result if isinstance(result, tuple) else (result,)  # type: ignore[return-value]
+
+
+def _jit_matches_eager(fn: Callable[..., object], shapes: Shapes, fusion_type: str) -> Callable[..., object]:
+    eager_args = _inputs(shapes)
+    expected = _as_tuple(fn(*eager_args))
+    args = _inputs(shapes)
+    jfn = thunder_ext.jit(fn, executors=["torchcompile"], fusion_type=fusion_type)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _as_tuple(jfn(*args))
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(args, eager_args)
+    return jfn
+
+
+def _regions(jfn: Callable[..., object]) -> int:
+    return sum(1 for b in thunder.last_traces(jfn)[-1].bound_symbols if b.sym.is_fusion)
+
+
+@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+@pytest.mark.parametrize("fn, shapes", FUZZ, ids=[f.__name__ for f, _ in FUZZ])
+def test_fuzz_programs_match_eager(fn, shapes, fusion_type):
+    _jit_matches_eager(fn, shapes, fusion_type)
+
+
+@pytest.mark.parametrize("fn, shapes", REDUCED, ids=[f.__name__ for f, _ in REDUCED])
+def test_reduced_programs_match_eager_in_two_regions(fn, shapes):
+    jfn = _jit_matches_eager(fn, shapes, "dataflow")
+    assert _regions(jfn) == 2
+
+
+def test_reinplaced_clone_does_not_share_storage_with_the_argument():
+    def fn(x, v):
+        x.index_put_((torch.tensor([0, 1]),), v, accumulate=True)
+        return x.clone()
+
+    x, v = _inputs([(2, 3), (2, 3)])
+    y = _jit_matches_eager(fn, [(2, 3), (2, 3)], "consecutive")(x, v)
+    assert y.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+def add_computed_then_write(b, c):
+    c.add_(b)
+    b.add_(1)
+
+
+def clone_returned_before_write(b, c):
+    t = b.clone()
+    b.add_(1)
+    return t
+
+
+def pointwise_then_copy_then_write(b, c):
+    b.mul_(3)
+    c.copy_(b)
+    b.add_(1)
+
+
+def copy_of_computed_value(b, c):
+    c.copy_(b * 2)
+    b.add_(1)
+
+
+def view_returned_after_index_put(x, v):
+    x.index_put_((torch.tensor([0, 1]),), v)
+    t = x.view(6)
+    x.add_(1)
+    return t
+
+
+def matmul_add_without_alpha(x, a, b):
+    return torch.add(x, a @ b)
+
+
+NARROW = [
+    (add_computed_then_write, [(2, 3), (2, 3)]),
+    (clone_returned_before_write, [(2, 3), (2, 3)]),
+    (pointwise_then_copy_then_write, [(2, 3), (2, 3)]),
+    (copy_of_computed_value, [(2, 3), (2, 3)]),
+    (view_returned_after_index_put, [(2, 3), (2, 3)]),
+    (matmul_add_without_alpha, [(2, 3), (2, 3), (3, 3)]),
+]
+
+
+@pytest.mark.parametrize("fn, shapes", NARROW, ids=[f.__name__ for f, _ in NARROW])
+def test_programs_inductor_compiles_correctly_stay_one_region(fn, shapes):
+    assert _regions(_jit_matches_eager(fn, shapes, "consecutive")) == 1
+
+
+def test_guard_applies_to_torch_compile_executors_only():
+    from thunder.executors.torch_compile import torch_compile_cat_ex, torch_compile_ex
+
+    def merge_of(executor):
+        def merge(a, b):
+            return executor.can_fuse(a) and executor.can_fuse(b)
+        return merge
+
+    assert inductor_guard.compiles_with_inductor(merge_of(torch_compile_ex))
+    assert inductor_guard.compiles_with_inductor(merge_of(torch_compile_cat_ex))
+    assert not inductor_guard.compiles_with_inductor(lambda a, b: True)
+
+
+@pytest.mark.parametrize("op, name", [
+    ("torch.Tensor.index_put_", "index_put"),
+    (("torch.Tensor.copy_", "torch"), "copy"),
+    ("torch.Tensor.__setitem__", "__setitem__"),
+    ("torch.clone", "clone"),
+])
+def test_op_name(op, name):
+    assert inductor_guard.op_name(op) == name
