@@ -68,12 +68,13 @@ from .adapter import AdaptedTrace
 from .declarations import python_signature
 
 __all__ = [
-    "SNAPSHOT_OPS",
-    "REINPLACEABLE_OPS",
     "MATMUL_OPS",
+    "REINPLACEABLE_OPS",
+    "SNAPSHOT_OPS",
     "Hazard",
     "compiles_with_inductor",
     "find_hazard",
+    "op_name",
     "split_regions",
 ]
 

@@ -47,8 +47,8 @@ from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
-from .adapter import AdaptedTrace, adapt, adapt_bsyms, bsym_effects
 from . import inductor_guard
+from .adapter import AdaptedTrace, adapt, adapt_bsyms, bsym_effects
 
 __all__ = [
     "OPTION",

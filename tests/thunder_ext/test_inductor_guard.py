@@ -15,12 +15,12 @@ import pytest
 
 pytest.importorskip("thunder")
 
-import torch  # noqa: E402
+import thunder
+import torch
 
-import thunder  # noqa: E402
-import thunder_ext  # noqa: E402
-from effects.testing.vocab import opaque_axpy_  # noqa: E402
-from thunder_ext import inductor_guard  # noqa: E402
+import thunder_ext
+from effects.testing.vocab import opaque_axpy_
+from thunder_ext import inductor_guard
 
 Shapes = Sequence[tuple[int, ...]]
 
