@@ -30,8 +30,9 @@ physically be — *captures* ``(X, t)``: input ``X``'s buffer as of member ``t``
   holds its operand's captures, and of an out-of-place *reinplaceable* op (:data:`REINPLACEABLE_OPS`), which is
   its ``self`` operand's buffer as of that op;
 * a write through a full value (an input, a fresh tensor, or what an in-place op returns for one) sets the class to
-  none, except ``copy_`` (the source's captures) and reinplaceable ops; a write through any other view is a
-  view-scatter, which Inductor may reinplace: the class keeps its buffers, re-timed to the write.
+  none (Inductor computes a new value), except ``copy_`` (the source's captures), in-place snapshot ops (kept) and
+  reinplaceable ops; a write through any other view is a view-scatter, which Inductor may reinplace: the class
+  keeps its buffers, re-timed to the write.
 
 A region has a hazard — and is split — when
 
@@ -232,6 +233,8 @@ def _stale_buffer_hazard(facts: _ProgramFacts, members: Sequence[int]) -> Hazard
                     updates[c] = frozenset().union(*(current(storage(v)) for v in sources))
                 elif name == "copy" or _reinplaceable(name) or not facts.full.get(w, False):
                     updates[c] = _retime(current(c), c, i)
+                elif name in SNAPSHOT_OPS:  # pow_(1), floor_() of integers: may stay the same buffer
+                    updates[c] = current(c)
                 else:
                     updates[c] = frozenset()
         for j, out in enumerate(inst.outputs):
@@ -255,9 +258,9 @@ def _stale_buffer_hazard(facts: _ProgramFacts, members: Sequence[int]) -> Hazard
         for x, t in sorted(current(y)):
             w = first_write_after(x, t) if x != y and x in input_classes else None
             if w is not None:
-                return Hazard(position[w], f"{insts[w]} writes input storage {facts.graph.storage.representative(x)!r}"
-                              f" whose buffer input storage {facts.graph.storage.representative(y)!r} is written back "
-                              "from (Inductor removes the copy)")
+                name_x, name_y = (facts.graph.storage.representative(s) for s in (x, y))
+                return Hazard(position[w], f"input {name_y!r} may be written back from input {name_x!r}'s buffer "
+                              f"(Inductor drops the copy), which {insts[w]} overwrites")
     for i in members:
         for out in insts[i].outputs:
             if out not in facts.returned and facts.users.get(out, set()) <= member_set:
