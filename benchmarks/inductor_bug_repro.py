@@ -19,7 +19,8 @@ the arguments after the call and the returned values of both, with ``OK``/``WRON
    yet) and ``index_put`` is then reinplaced into ``x``'s buffer, so ``y`` *is* ``x``: it returns ``x + 1``, and
    without the ``add_`` it returns a tensor sharing storage with the argument ``x``. The pass ignores uses "after
    the ``copy_`` epilogue", but graph outputs and other inputs' write-backs read the reinplaced value exactly there.
-   ``index_copy_`` and ``x[0] = v[0]`` (a view scatter) behave the same.
+   ``index_copy_`` and ``x[0] = v[0]`` (a view scatter) behave the same. With the clone as the *source*
+   (``t = a.clone(); a.index_copy_(0, [1, 0], t)``) the reinplaced ``index_put_`` reads rows it already overwrote.
 3. **``add(x, mm(a, b), alpha=k)`` becomes ``addmm(x, a, b)``**: the post-grad ``addmm`` pattern matches
    ``aten.add.Tensor`` without looking at ``alpha`` and drops it (also for ``F.linear`` and a same-shape view of
    the ``mm``; ``sub`` and batched ``matmul`` are fine).
@@ -79,6 +80,11 @@ def reinplaced_copy_written_back(x: torch.Tensor, v: torch.Tensor, c: torch.Tens
     x.add_(1)
 
 
+def reinplaced_reads_own_snapshot(a: torch.Tensor) -> None:
+    t = a.clone()
+    a.index_copy_(0, torch.tensor([1, 0]), t)  # swap rows of a
+
+
 def addmm_alpha(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.add(x, a @ b, alpha=0.5)
 
@@ -90,6 +96,7 @@ CASES: tuple[tuple[str, Callable[..., object], Sequence[tuple[int, ...]]], ...] 
     ("1 c.copy_(b.reshape(3, 2)); b.add_(1)", noop_view_copy, [(2, 3), (3, 2)]),
     ("2 x.index_put_; y = x.clone(); x.add_(1)", reinplaced_clone_returned, [(2, 3), (2, 3)]),
     ("2 x.index_put_; c.copy_(x); x.add_(1)", reinplaced_copy_written_back, [(2, 3), (2, 3), (2, 3)]),
+    ("2 t = a.clone(); a.index_copy_(0, [1, 0], t)", reinplaced_reads_own_snapshot, [(2, 3)]),
     ("3 torch.add(x, a @ b, alpha=0.5)", addmm_alpha, [(2, 3), (2, 3), (3, 3)]),
 )
 

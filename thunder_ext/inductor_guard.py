@@ -39,7 +39,10 @@ A region has a hazard — and is split — when
 1. **write-back**: an input class ``Y`` written in the region ends holding a capture ``(X, t)`` of another input
    class ``X`` that a member after ``t`` writes: split before that write (``X``'s write-back can no longer follow
    ``t`` in the same graph);
-2. **output**: a region output that is fresh (or a *may*-view: ``reshape``/``contiguous`` can copy) holds a capture
+2. **reinplaced source**: a reinplaceable write to ``X`` has another operand holding a capture of ``X`` (``t =
+   x.clone(); x.index_copy_(0, i, t)``: the clone is dropped and ``index_put`` reads what it overwrites): split
+   before the write;
+3. **output**: a region output that is fresh (or a *may*-view: ``reshape``/``contiguous`` can copy) holds a capture
    ``(X, t)`` with ``t >= 0`` (a reinplaced buffer; entry captures are refused by ``remove_noop_ops`` itself) and
    ``t`` is not the last member: split right after ``t``.
 
@@ -220,6 +223,12 @@ def _stale_buffer_hazard(facts: _ProgramFacts, members: Sequence[int]) -> Hazard
         inst, eff = insts[i], facts.graph.effects(i)
         name = op_name(inst.op)
         operands = list(inst.input_values())
+        if _reinplaceable(name) and eff.written:
+            targets = {storage(w) for k in eff.written for w in operand_values(inst.inputs[k])}
+            for v in operands:
+                if storage(v) not in targets and any(x in targets for x, _ in current(storage(v))):
+                    return Hazard(position[i], f"{inst} may be computed in place into the buffer its operand {v!r} "
+                                  "is (Inductor drops the copy that made it)")
         updates: dict[int, frozenset[Capture]] = {}
         written: set[int] = set()
         for k in sorted(eff.written) if not eff.opaque else range(len(inst.inputs)):

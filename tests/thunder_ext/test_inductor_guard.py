@@ -104,6 +104,11 @@ def index_put_copy_written_back(x, v, c):
     x.add_(1)
 
 
+def index_copy_from_own_clone(a):
+    t = torch.clone(a)
+    a.index_copy_(0, torch.tensor([1, 0]), t)
+
+
 def addmm_alpha(x, a, b):
     return torch.add(x, a @ b, alpha=0.5)
 
@@ -121,6 +126,7 @@ REDUCED = [
     (copy_of_view, [(2, 3), (3, 2)]),
     (index_put_clone_returned, [(2, 3), (2, 3)]),
     (index_put_copy_written_back, [(2, 3), (2, 3), (2, 3)]),
+    (index_copy_from_own_clone, [(2, 3)]),
     (addmm_alpha, [(2, 3), (2, 3), (3, 3)]),
 ]
 
