@@ -2,7 +2,7 @@
 
 Programs: a chain of three in-place ops on one tensor of ``--mib`` MiB, and an Adam step over four such tensors
 (:class:`examples.models.AdamStep`). Compilers: eager, stock ``thunder.jit`` and ``thunder_ext.jit`` with the
-torch executor only (``executors=[]``), and ``thunder_ext.jit`` with :class:`thunder_ext.reinplace.Reinplace`.
+torch executor only (``executors=[]``), and ``thunder_ext.jit`` with and without reinplacing (on by default).
 Reported per call: bytes allocated, peak bytes above the baseline and median time; each compiled result is checked
 against eager first.
 
@@ -38,7 +38,6 @@ from benchmarks.common import (
     write_results,
 )
 from examples.models import AdamStep
-from thunder_ext.reinplace import Reinplace
 
 
 def chain(a: torch.Tensor) -> None:
@@ -66,8 +65,8 @@ def compilers() -> dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]]
     return {
         "eager": lambda fn: fn,
         "thunder.jit (torch executor)": lambda fn: thunder.jit(fn, executors=[]),
-        "thunder_ext.jit (torch executor)": lambda fn: thunder_ext.jit(fn, executors=[]),
-        "thunder_ext.jit + Reinplace": lambda fn: thunder_ext.jit(fn, executors=[], transforms=[Reinplace()]),
+        "thunder_ext.jit, reinplace=False": lambda fn: thunder_ext.jit(fn, executors=[], reinplace=False),
+        "thunder_ext.jit (reinplaces by default)": lambda fn: thunder_ext.jit(fn, executors=[]),
     }
 
 

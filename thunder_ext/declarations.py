@@ -92,9 +92,13 @@ def key_of(sym: Symbol) -> Hashable:
 
 
 def impl_key(sym: Symbol) -> Hashable | None:
-    """``(sym.id, executor.name)`` for an executor's implementation symbol, ``None`` for a plain symbol."""
-    executor = sym.executor
-    return None if executor is None else (sym.id, executor.name)
+    """``(sym.id, executor.name)`` for an executor's implementation symbol, ``None`` for a plain symbol.
+
+    Symbols made by a transform rather than an executor (the CUDA graph transform sets itself as the ``executor``
+    of its graph regions; it has no ``name``) have no implementation key.
+    """
+    name = getattr(sym.executor, "name", None)
+    return None if name is None else (sym.id, name)
 
 
 # --- signatures -----------------------------------------------------------------------------------------------

@@ -12,6 +12,10 @@ The Thunder patches (:mod:`thunder_ext._patches`) are held only while a ``thunde
 (Thunder's cache missed; a cache hit runs exactly Thunder's call path plus two counter updates), or between
 :func:`install` and :func:`uninstall`, which make *every* ``thunder.jit`` use the pipeline.
 
+``reinplace=True`` (the default) adds :class:`thunder_ext.reinplace.Reinplace`, which runs ``op`` + ``copy_`` pairs
+left to the torch executor as one in-place kernel where the effect graph shows nobody can observe the difference
+(fusion executors already do this inside their regions; the transform leaves their regions alone).
+
 ``verify=True`` checks, after each compilation, every computation trace against the dependency graph of the first
 (:func:`verify_jitted`), and adds :class:`EffectVerification` to the transforms, which checks the trace after all
 optimizations (including post-optimization transforms such as CUDA graphs) against the trace Thunder starts from.
@@ -29,6 +33,7 @@ from thunder.core.module import ThunderModule
 from thunder.core.transform_common import Transform
 
 from . import _patches, opaque_torch, pipeline
+from .reinplace import Reinplace
 
 __all__ = ["jit", "install", "uninstall", "enabled", "EffectVerification", "verify_jitted"]
 
@@ -106,14 +111,19 @@ def _held(call: Callable[..., Any], jfn: Any, verify: bool) -> Callable[..., Any
     return run
 
 
-def jit(fn: Callable[..., Any], /, *, verify: bool = False, **kwargs: Any) -> Callable[..., Any]:
+def jit(
+    fn: Callable[..., Any], /, *, verify: bool = False, reinplace: bool = True, **kwargs: Any
+) -> Callable[..., Any]:
     """``thunder.jit(fn, **kwargs)`` with the effect pipeline (see the module docstring).
 
-    ``skip_inplace_alias_updates`` (default ``True``) controls ``update_aliases`` threading; ``verify`` turns on
-    trace verification. Every other keyword goes to ``thunder.jit`` unchanged.
+    ``skip_inplace_alias_updates`` (default ``True``) controls ``update_aliases`` threading; ``reinplace`` runs
+    torch-executor ``op`` + ``copy_`` pairs in place where safe; ``verify`` turns on trace verification. Every other
+    keyword goes to ``thunder.jit`` unchanged.
     """
     skip_alias_updates = kwargs.pop("skip_inplace_alias_updates", True)
     transforms = list(kwargs.pop("transforms", None) or [])
+    if reinplace and not any(isinstance(t, Reinplace) for t in transforms):
+        transforms.append(Reinplace())
     if verify:
         transforms.append(EffectVerification())
     kwargs["executors"] = opaque_torch.executors_with(kwargs.get("executors"))

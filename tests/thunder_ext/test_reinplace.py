@@ -136,8 +136,8 @@ def test_allocation_per_call_drops_to_eager() -> None:
         a.sub_(3)
 
     n = 1 << 18  # 1 MiB of float32
-    plain = thunder_ext.jit(chain, executors=[])
-    reinplaced = thunder_ext.jit(chain, executors=[], transforms=[Reinplace()])
+    plain = thunder_ext.jit(chain, executors=[], reinplace=False)
+    reinplaced = thunder_ext.jit(chain, executors=[])  # reinplacing is on by default
     x = torch.zeros(n)
     for fn in (plain, reinplaced, chain):
         fn(x)  # compile outside the measured call
