@@ -15,6 +15,9 @@ patched name(s)                                   replacement
 ``rematerialization.rematerialize`` and its       :func:`pipeline.rematerialize`
 imports in ``torch_compile``, ``nvfuserex_impl``
 ``rematerialization.find_cut``                    :func:`pipeline.find_cut`
+``TorchCompileExecutor.fuse``                     :func:`pipeline.fuse` (marks what a fusion was compiled from)
+``passes._update_fusion_call_ctx``                :func:`pipeline.update_fusion_call_ctx` (recompiles only a
+                                                  fusion a pass changed)
 ``Region`` as imported by ``torch_compile``,      :func:`pipeline.region` (the same region in linear time)
 ``transforms.cudagraph``, ``nvfuserex_impl``
 ``CUDAGraphTransform.transform_trace_post_…``     marks the runner of an effect-aware compilation and binds
@@ -231,6 +234,8 @@ def _build_patches() -> tuple[Patch, ...]:
         rematerialize=remat_mod.rematerialize,
         find_cut=remat_mod.find_cut,
         Region=executor_utils.Region,
+        fuse=torch_compile.TorchCompileExecutor.fuse,
+        _update_fusion_call_ctx=passes._update_fusion_call_ctx,
     )
     o = pipeline.ORIGINALS
     table = [
@@ -244,6 +249,8 @@ def _build_patches() -> tuple[Patch, ...]:
         Patch(remat_mod, "rematerialize", o["rematerialize"], pipeline.rematerialize),
         Patch(torch_compile, "rematerialize", o["rematerialize"], pipeline.rematerialize),
         Patch(remat_mod, "find_cut", o["find_cut"], pipeline.find_cut),
+        Patch(torch_compile.TorchCompileExecutor, "fuse", o["fuse"], pipeline.fuse),
+        Patch(passes, "_update_fusion_call_ctx", o["_update_fusion_call_ctx"], pipeline.update_fusion_call_ctx),
         Patch(torch_compile, "Region", o["Region"], pipeline.region),
         Patch(cudagraph, "Region", o["Region"], pipeline.region),
         Patch(cudagraph.CUDAGraphTransform, "transform_trace_post_optimization", _ORIG_POST_OPT,
@@ -272,6 +279,8 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "rematerialize": ("trace",),
     "find_cut": ("external_producer_outputs", "producer", "consumer"),
     "Region": ("producers", "consumers", "bound_symbols"),
+    "fuse": ("self", "region", "fusion_counter"),
+    "_update_fusion_call_ctx": ("bsym",),
     "transform_trace_post_optimization": ("self", "trace", "kwargs"),
     "call_cuda_graph": ("self", "fn_name", "args"),
     "build_cuda_graph": ("self", "fn", "args", "static_args_mask"),

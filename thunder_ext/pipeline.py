@@ -23,6 +23,12 @@ Each function here has the signature of the Thunder function it stands in for (i
   time (Thunder's ``alias_tensor_indices``, part of the cache key) as the neutral program's ``input_aliases`` and
   does not thread ``update_aliases`` (unless :data:`OPTION_ALIAS_UPDATES` is set; aliased arguments are then
   still never rewritten as reshapes).
+* :func:`fuse` / :func:`update_fusion_call_ctx` stand in for ``TorchCompileExecutor.fuse`` and
+  ``passes._update_fusion_call_ctx``: Thunder's fusion pass compiles every region twice — once when it fuses it,
+  and again after rematerialization and DCE, to pick up whatever those changed. A region :func:`fuse` built is
+  marked with what it was compiled from (arguments, outputs, member list and members); when nothing of that was
+  replaced, the second compile would rebuild the same region from the same bound symbols, so the fusion is kept
+  as it is. Anything replaced (a rematerialized producer or consumer, a member DCE dropped) recompiles.
 * :func:`written_inputs` gives the CUDA graph runner the inputs a graphed region writes (copy-back, warm-up on
   clones).
 * :func:`verify_traces` checks every trace of a compilation against the dependency graph of the first.
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import effects
@@ -62,6 +69,8 @@ __all__ = [
     "dce",
     "rematerialize",
     "find_cut",
+    "fuse",
+    "update_fusion_call_ctx",
     "written_inputs",
     "verify_traces",
     "ORIGINALS",
@@ -390,6 +399,43 @@ def find_cut(external_producer_outputs: Sequence[Any], producer: BoundSymbol, co
     if unsafe is not None and (producer.sym.name, consumer.sym.name) in unsafe:
         return ()
     return ORIGINALS["find_cut"](external_producer_outputs, producer, consumer)
+
+
+# --- fusion call contexts ---------------------------------------------------------------------------------------
+_FUSED_ATTR = "_thunder_effects_fused"
+
+
+@dataclass(frozen=True, slots=True)
+class _Fused:
+    """What a fusion bound symbol was compiled from (kept on it by :func:`fuse`)."""
+
+    args: tuple[Any, ...]
+    output: Any
+    subsymbols: Sequence[BoundSymbol]
+    members: tuple[int, ...]
+
+    def unchanged(self, bsym: BoundSymbol) -> bool:
+        subs = bsym.subsymbols
+        return (self.args is bsym.args and self.output is bsym.output and self.subsymbols is subs
+                and self.members == tuple(map(id, subs)))
+
+
+def fuse(self: Any, region: Any, fusion_counter: int) -> BoundSymbol:
+    """Stand-in for ``TorchCompileExecutor.fuse``: the same fusion, marked with what it was compiled from."""
+    fused = ORIGINALS["fuse"](self, region, fusion_counter)
+    if active():
+        subs = fused.subsymbols
+        vars(fused)[_FUSED_ATTR] = _Fused(fused.args, fused.output, subs, tuple(map(id, subs)))
+    return fused
+
+
+def update_fusion_call_ctx(bsym: BoundSymbol) -> BoundSymbol:
+    """Stand-in for ``passes._update_fusion_call_ctx``: recompile a fusion only if a pass replaced its arguments,
+    outputs or members since :func:`fuse` compiled it."""
+    fused = vars(bsym).get(_FUSED_ATTR)
+    if fused is not None and active() and fused.unchanged(bsym):
+        return bsym
+    return ORIGINALS["_update_fusion_call_ctx"](bsym)
 
 
 # --- CUDA graphs ----------------------------------------------------------------------------------------------
