@@ -1,6 +1,7 @@
 """Fuzz thunder_ext.jit against eager with many generated programs (torchcompile executor, CPU).
 
     python benchmarks/fuzz_thunder.py --examples 1000 [--fusion-type consecutive|dataflow|both] [--seed 0]
+                                      [--executor torchcompile|torch]
 
 Draws programs from ``effects.testing.programs`` (the vocabulary of tests/thunder_ext/test_fuzz_jit.py: no
 generator-bound RNG ops), checks each with :func:`thunder_ext.testing.check_jit`, and prints a table: examples
@@ -44,6 +45,8 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=1000)
     parser.add_argument("--fusion-type", choices=["consecutive", "dataflow", "both"], default="both")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--executor", choices=["torchcompile", "torch"], default="torchcompile",
+                        help="torch: no fusion executor (exercises reinplacing, on by default in thunder_ext.jit)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     fusion_types = ["consecutive", "dataflow"] if args.fusion_type == "both" else [args.fusion_type]
@@ -55,7 +58,7 @@ def main() -> int:
     for k, case in enumerate(cases):
         fusion_type = fusion_types[k % len(fusion_types)]
         try:
-            check_jit(case, executors=["torchcompile"], fusion_type=fusion_type)
+            check_jit(case, executors=[args.executor], fusion_type=fusion_type)
             counts["passed"] += 1
         except ThunderUnsupported as error:
             counts["unsupported by stock Thunder"] += 1
@@ -66,7 +69,7 @@ def main() -> int:
         if (k + 1) % 50 == 0:
             print(f"  {k + 1}/{len(cases)} ({time.perf_counter() - start:.0f} s) {dict(counts)}", flush=True)
     elapsed = time.perf_counter() - start
-    print(f"\nthunder_ext.jit vs eager, torchcompile, fusion types {fusion_types}, seed {args.seed}")
+    print(f"\nthunder_ext.jit vs eager, {args.executor}, fusion types {fusion_types}, seed {args.seed}")
     print(f"{'examples':<32}{len(cases):>8}")
     for name, count in sorted(counts.items()):
         print(f"{name:<32}{count:>8}")
