@@ -37,3 +37,13 @@ def test_thunder_ext_jit_matches_eager(fusion_type, case):
         check_jit(case, executors=["torchcompile"], fusion_type=fusion_type)
     except ThunderUnsupported:
         assume(False)
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=CASES)
+def test_thunder_ext_jit_torch_executor_matches_eager(case):
+    """No fusion executor: every in-place op reaches the torch executor, where thunder_ext.jit reinplaces."""
+    try:
+        check_jit(case, executors=["torch"])
+    except ThunderUnsupported:
+        assume(False)
