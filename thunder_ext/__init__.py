@@ -2,10 +2,15 @@
 
 Importing this package first applies :mod:`thunder_ext._compat` so that ``thunder`` imports on torch builds without
 named tensors, then imports thunder, then declares the effects of Thunder's symbols in
-:func:`effects.default_registry` (:mod:`thunder_ext.declarations`, source ``"thunder_ext"``).
+:func:`effects.default_registry` (:mod:`thunder_ext.declarations`, source ``"thunder_ext"``). Importing
+:mod:`thunder_ext.opaque_torch` and :mod:`thunder_ext.reinplace` (through :mod:`thunder_ext.jit`) declares their
+operators there too.
 
-Entry points: :func:`jit` (``thunder.jit`` with the effect-aware pipeline), :func:`install` / :func:`uninstall` /
-:func:`enabled` (make plain ``thunder.jit`` use it), :func:`coverage`.
+* Users: :func:`jit` (``thunder.jit`` with the effect-aware pipeline), :func:`install` / :func:`uninstall` /
+  :func:`enabled` (make plain ``thunder.jit`` use it), :class:`EffectVerification` / :func:`verify_jitted`,
+  :class:`Reinplace`, :func:`coverage` (how Thunder's symbols got their effects).
+* Executor authors (:mod:`thunder_ext.plugin`): :class:`OperatorExecutor`, :func:`register_operator`,
+  :func:`register_implementation`, :func:`declare_effects`, :func:`check_executor`, :class:`CheckEffects`.
 """
 
 from __future__ import annotations
@@ -19,17 +24,12 @@ import thunder  # noqa: E402  (must come after the shim)
 import effects  # noqa: E402
 
 from . import declarations  # noqa: E402
-from .declarations import coverage, impl_key, key_of  # noqa: E402
 
 _REGISTRATIONS = declarations.register(effects.default_registry())
 
-from . import opaque_torch  # noqa: E402  (declares its operators' effects in the default registry)
+from .declarations import coverage, impl_key, key_of  # noqa: E402
 from .jit import EffectVerification, enabled, install, jit, uninstall, verify_jitted  # noqa: E402
-
-__all__ = ["thunder", "jit", "install", "uninstall", "enabled", "EffectVerification", "verify_jitted", "coverage",
-           "key_of", "impl_key"]
-
-from .plugin import (  # noqa: E402  (executor plugin API)
+from .plugin import (  # noqa: E402
     CheckEffects,
     DroppedEffectError,
     OperatorExecutor,
@@ -38,6 +38,14 @@ from .plugin import (  # noqa: E402  (executor plugin API)
     register_implementation,
     register_operator,
 )
+from .reinplace import Reinplace  # noqa: E402
 
-__all__ += ["OperatorExecutor", "register_operator", "register_implementation", "declare_effects", "check_executor",
-            "CheckEffects", "DroppedEffectError"]
+__all__ = [
+    "thunder",
+    # users
+    "jit", "install", "uninstall", "enabled", "EffectVerification", "verify_jitted", "Reinplace", "coverage",
+    "key_of", "impl_key",
+    # executor authors
+    "OperatorExecutor", "register_operator", "register_implementation", "declare_effects", "check_executor",
+    "CheckEffects", "DroppedEffectError",
+]
