@@ -46,7 +46,8 @@ from thunder.core.symbol import BoundSymbol
 
 from .declarations import impl_key, key_of, python_signature
 
-__all__ = ["AdaptedTrace", "adapt", "adapt_bsyms", "bsym_effects", "operands_of", "op_key"]
+__all__ = ["AdaptedTrace", "adapt", "adapt_bsyms", "bsym_effects", "operands_of", "op_key", "flat_outs",
+           "proxy_outs", "proxy_arg_names"]
 
 Operand = Any
 
@@ -177,8 +178,61 @@ def operands_of(bsym: BoundSymbol) -> tuple[tuple[Operand, ...], bool]:
     return tuple(ops), False
 
 
+_LEAF_TYPES = frozenset({int, float, bool, complex, str, type(None)})
+"""Types Thunder's ``tree_flatten`` always treats as leaves (with proxies)."""
+
+
+def _simple_leaf(value: object) -> bool:
+    return type(value) in _LEAF_TYPES or isinstance(value, Proxy)
+
+
+def flat_outs(bsym: BoundSymbol) -> Sequence[Any]:
+    """``bsym.flat_outs`` — without Thunder's pytree walk (a dataclass registration pass plus an ``optree``
+    flatten, ~50 µs) when the output is a leaf or a flat tuple/list of leaves, the common case for every bound
+    symbol an executor transform creates afresh; Thunder's cached value when it has one."""
+    cached = vars(bsym).get("flat_outs")
+    if cached is not None:
+        return cached
+    out = bsym.output
+    if _simple_leaf(out):
+        return [out]
+    if type(out) in (tuple, list) and all(_simple_leaf(o) for o in out):
+        return list(out)
+    return bsym.flat_outs
+
+
+def proxy_outs(bsym: BoundSymbol) -> Sequence[Proxy]:
+    """``bsym.flat_proxy_outs`` (the proxies among :func:`flat_outs`)."""
+    return [o for o in flat_outs(bsym) if isinstance(o, Proxy)]
+
+
+def _collect_names(value: object, names: set[str]) -> bool:
+    """Add the proxy names in ``value`` to ``names``; ``False`` when ``value`` holds something Thunder's pytree
+    would look into that this walk does not know (dataclasses, slices, named tuples, ...)."""
+    if isinstance(value, Proxy):
+        names.add(value.name)
+        return True
+    kind = type(value)
+    if kind in _LEAF_TYPES:
+        return True
+    if kind in (tuple, list):
+        return all(_collect_names(v, names) for v in value)  # type: ignore[attr-defined]
+    if kind is dict:
+        return all(_collect_names(v, names) for v in value.values())  # type: ignore[attr-defined]
+    return False
+
+
+def proxy_arg_names(bsym: BoundSymbol) -> set[str]:
+    """The names of ``bsym.flat_proxy_args`` (as a set), walking plain containers directly."""
+    names: set[str] = set()
+    if "flat_proxy_args" not in vars(bsym) and _collect_names(bsym.args, names) and _collect_names(bsym.kwargs,
+                                                                                                     names):
+        return names
+    return {p.name for p in bsym.flat_proxy_args}
+
+
 def _output_names(bsym: BoundSymbol) -> list[str]:
-    return [o.name for o in bsym.flat_outs if isinstance(o, Proxy)]
+    return [o.name for o in flat_outs(bsym) if isinstance(o, Proxy)]
 
 
 def _widen_aliases(eff: Effects, num_outputs: int) -> Effects:
@@ -332,9 +386,21 @@ def _operand_value_set(operands: Sequence[Operand]) -> frozenset[object]:
     return frozenset(v for operand in operands for v in operand_values(operand))
 
 
+_resolvers: weakref.WeakKeyDictionary[effects.Registry, _Resolver] = weakref.WeakKeyDictionary()
+
+
+def _resolver(registry: effects.Registry | None) -> _Resolver:
+    """The resolver of ``registry`` at its current generation (one per generation, shared by all callers)."""
+    registry = registry or effects.default_registry()
+    found = _resolvers.get(registry)
+    if found is None or found.generation != registry.generation:
+        found = _resolvers[registry] = _Resolver(registry)
+    return found
+
+
 def bsym_effects(bsym: BoundSymbol, registry: effects.Registry | None = None) -> Effects:
     """The effects of one bound symbol, positions as in :func:`operands_of`."""
-    return _Resolver(registry or effects.default_registry()).resolve(bsym)[1]
+    return _resolver(registry).resolve(bsym)[1]
 
 
 def adapt_bsyms(
@@ -345,7 +411,7 @@ def adapt_bsyms(
     input_aliases: Iterable[Iterable[str]] = (),
 ) -> AdaptedTrace:
     """Adapt a list of bound symbols (a trace body); ``args`` are extra argument proxies (the trace's args)."""
-    resolver = _Resolver(registry or effects.default_registry())
+    resolver = _resolver(registry)
     inputs: list[str] = []
     defined: set[str] = set()
 

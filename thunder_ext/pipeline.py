@@ -55,7 +55,7 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
 from . import inductor_guard
-from .adapter import AdaptedTrace, adapt, adapt_bsyms, bsym_effects
+from .adapter import AdaptedTrace, adapt, adapt_bsyms, bsym_effects, flat_outs, proxy_arg_names, proxy_outs
 
 __all__ = [
     "OPTION",
@@ -230,10 +230,11 @@ def _close_liveness(graph: DependencyGraph, roots: set[int]) -> set[int]:
     return live
 
 
-def _dedup_number_proxies(bsyms: Iterable[BoundSymbol]) -> list[BoundSymbol]:
+def _dedup_number_proxies(bsyms: Iterable[BoundSymbol]) -> tuple[list[BoundSymbol], bool]:
     """Drop repeated extractions of the same number proxy (symbolic shapes); keep bound symbols without outputs.
     A bound symbol whose output does not change is kept as it is (not copied), so what is known about it (its
-    cached effects, Thunder's cached properties) carries over to the next pass."""
+    cached effects, Thunder's cached properties) carries over to the next pass. Also says whether anything was
+    dropped or copied."""
     seen: set[str] = set()
 
     def keep_or_swap(p: object) -> object:
@@ -245,17 +246,23 @@ def _dedup_number_proxies(bsyms: Iterable[BoundSymbol]) -> list[BoundSymbol]:
         return p
 
     result = []
+    changed = False
     for bsym in bsyms:
-        outs = bsym.flat_outs
-        if outs and all(isinstance(o, NumberProxyInterface) and o.name in seen for o in outs):
-            continue
+        outs = flat_outs(bsym)
         numbers = [o.name for o in outs if isinstance(o, NumberProxyInterface)]
+        if not numbers:
+            result.append(bsym)
+            continue
+        if len(numbers) == len(outs) and all(name in seen for name in numbers):
+            changed = True
+            continue
         if len(set(numbers)) != len(numbers) or any(name in seen for name in numbers):
+            changed = True
             result.append(bsym.from_bsym(output=tree_map(keep_or_swap, bsym.output)))
         else:
             seen.update(numbers)
             result.append(bsym)
-    return result
+    return result, changed
 
 
 def _has_effects(bsym: BoundSymbol) -> bool:
@@ -282,63 +289,117 @@ class _DontDce:
         return found
 
 
-def _remove_noop_subsymbols(bsym: BoundSymbol, dont_dce: _DontDce) -> None:
+def _remove_noop_subsymbols(bsym: BoundSymbol, dont_dce: _DontDce) -> bool:
     """Thunder's ``_remove_noop_subsymbols`` (drop subsymbols without outputs, and composite ones without
     subsymbols), except that a subsymbol with effects (a write, a resource, opaque) is never a no-op: an
-    output-less in-place op inside a composite (``_foreach_mul_`` in :mod:`thunder_ext.opaque_torch`) stays."""
+    output-less in-place op inside a composite (``_foreach_mul_`` in :mod:`thunder_ext.opaque_torch`) stays.
+    Returns whether a subsymbol was dropped at any depth (a tuple turned into a list of the same subsymbols is
+    no change to what DCE sees)."""
     kept = []
     keep_outputless = None
+    changed = False
     for sub in bsym.subsymbols:
         effectful = _has_effects(sub)
         if not effectful and not sub.subsymbols and not sub.sym.is_prim:
             continue
-        if not effectful and not any(o is not None for o in sub.flat_proxy_outs):
+        if not effectful and not proxy_outs(sub):
             if keep_outputless is None:
                 keep_outputless = dont_dce(bsym)
             if not keep_outputless:
                 continue
-        _remove_noop_subsymbols(sub, dont_dce)
+        changed = _remove_noop_subsymbols(sub, dont_dce) or changed
         kept.append(sub)
-    if len(kept) != len(bsym.subsymbols) or not isinstance(bsym.subsymbols, list):
+    removed = len(kept) != len(bsym.subsymbols)
+    if removed or not isinstance(bsym.subsymbols, list):
         bsym.subsymbols = kept  # only when something went: a new list invalidates the cached effects
+    return removed or changed
+
+
+@dataclass(frozen=True, slots=True)
+class _DceFixpoint:
+    """Kept on a trace :func:`dce` returned when the pass changed nothing (no bound symbol dropped, copied or
+    pruned): DCE of that trace — the same bound symbols in the same state (so the same output), the same
+    arguments, input aliases and registry generation — gives the same bound symbols again, so the next pass returns them as they
+    are (Thunder runs DCE back to back, e.g. twice at the start of ``transform_for_execution``)."""
+
+    bsyms: tuple[BoundSymbol, ...]
+    subsymbols: tuple[Sequence[BoundSymbol], ...]
+    args: Any
+    kwargs: Any
+    input_aliases: tuple[frozenset[str], ...]
+    registry: effects.Registry
+    generation: int
+
+    @classmethod
+    def of(cls, trace: TraceCtx, bsyms: Sequence[BoundSymbol]) -> _DceFixpoint:
+        registry = effects.default_registry()
+        return cls(tuple(bsyms), tuple(b.subsymbols for b in bsyms), trace.args, trace.kwargs,
+                   current_input_aliases(), registry, registry.generation)
+
+    def holds_for(self, trace: TraceCtx) -> bool:
+        bsyms = trace.bound_symbols
+        registry = effects.default_registry()
+        return (self.args is trace.args and self.kwargs is trace.kwargs
+                and self.registry is registry and self.generation == registry.generation
+                and self.input_aliases == current_input_aliases() and len(bsyms) == len(self.bsyms)
+                and all(a is b for a, b in zip(bsyms, self.bsyms))
+                and all(b.subsymbols is s for b, s in zip(bsyms, self.subsymbols)))
+
+
+_FIXPOINT_ATTR = "_thunder_effects_dce_fixpoint"
+
+
+def _dce_result(trace: TraceCtx, bsyms: list[BoundSymbol], fixpoint: bool) -> TraceCtx:
+    result = from_trace(trace)
+    result.bound_symbols = bsyms
+    result.set_provenance(TraceProvenance("Effect-aware dead code elimination (thunder-effects)"))
+    if fixpoint:
+        setattr(result, _FIXPOINT_ATTR, _DceFixpoint.of(result, bsyms))
+    return result
 
 
 def dce(trace: TraceCtx, needed_proxies: set | None = None) -> TraceCtx:
     """Stand-in for ``transform_common.dce`` (same in/out contract for ``needed_proxies``)."""
     if not active():
         return ORIGINALS["dce"](trace, needed_proxies)
+    fixpoint = getattr(trace, _FIXPOINT_ATTR, None)
+    if needed_proxies is None and fixpoint is not None and fixpoint.holds_for(trace):
+        return _dce_result(trace, list(trace.bound_symbols), True)
     adapted, graph = _adapt(trace)
     flat_out, _ = tree_flatten(trace.output)
     needed = {p.name for p in flat_out if isinstance(p, Proxy)}
     if needed_proxies is not None:
         needed |= {v.proxy.name for v in needed_proxies}
-    dont_dce = _DontDce()
     roots = set(live_instructions(graph))
     for i, bsym in enumerate(adapted.bsyms):
-        if dont_dce(bsym) or any(o.name in needed for o in bsym.flat_proxy_outs):
+        if i not in roots and any(o.name in needed for o in proxy_outs(bsym)):
             roots.add(i)
     live = _close_liveness(graph, roots)
+    dont_dce = _DontDce()  # asked only about what is not live anyway (closing over more roots is monotone)
+    tagged = {i for i, bsym in enumerate(adapted.bsyms) if i not in live and dont_dce(bsym)}
+    if tagged:
+        live = _close_liveness(graph, live | tagged)
     index = {id(b): i for i, b in enumerate(adapted.bsyms)}
 
     kept: list[BoundSymbol] = []
+    pruned = False
     for bsym in reversed(trace.bound_symbols):
         i = index.get(id(bsym))
         keep = (
             (i is not None and i in live)
             or bsym.sym.id is PrimIDs.RETURN
             or dont_dce(bsym)
-            or any(o.name in needed for o in bsym.flat_proxy_outs)
+            or any(o.name in needed for o in proxy_outs(bsym))
         )
         if keep:
-            _remove_noop_subsymbols(bsym, dont_dce)
+            pruned = _remove_noop_subsymbols(bsym, dont_dce) or pruned
             kept.append(bsym)
-            needed |= {p.name for p in bsym.flat_proxy_args}
+            needed |= proxy_arg_names(bsym)
     if needed_proxies is not None:
         needed_proxies.update(variableify(p) for b in kept for p in b.flat_proxy_args)
-    result = from_trace(trace)
-    result.bound_symbols = _dedup_number_proxies(reversed(kept))
-    result.set_provenance(TraceProvenance("Effect-aware dead code elimination (thunder-effects)"))
-    return result
+    bsyms, copied = _dedup_number_proxies(reversed(kept))
+    unchanged = not pruned and not copied and len(kept) == len(trace.bound_symbols)
+    return _dce_result(trace, bsyms, unchanged and needed_proxies is None)
 
 
 # --- rematerialization --------------------------------------------------------------------------------------------
