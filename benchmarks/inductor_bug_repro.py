@@ -1,4 +1,4 @@
-"""Standalone reproducers of three TorchInductor miscompilations (plain PyTorch, CPU; found with torch 2.13).
+"""Standalone reproducers of four ``torch.compile`` bugs (plain PyTorch, CPU; found with torch 2.13).
 
     python benchmarks/inductor_bug_repro.py
 
@@ -24,8 +24,14 @@ the arguments after the call and the returned values of both, with ``OK``/``WRON
 3. **``add(x, mm(a, b), alpha=k)`` becomes ``addmm(x, a, b)``**: the post-grad ``addmm`` pattern matches
    ``aten.add.Tensor`` without looking at ``alpha`` and drops it (also for ``F.linear`` and a same-shape view of
    the ``mm``; ``sub`` and batched ``matmul`` are fine).
+4. **A view of an aliased input returned after a write** (AOTAutograd synthetic bases): with ``b = a.t()`` (or
+   ``a[:, :2]``, ``a[0]``, ``a.view(-1)``) passed next to ``a``, ``a.mul_(2); return b.unsqueeze(0)`` raises
+   ``AssertionError: incorrect out shape after application of ViewMeta sequence`` (the output's view chain is
+   replayed on the base); writing through ``b`` instead, or returning ``b[0]``, fails the same way, and
+   ``b.view(b.shape)``/``b.reshape(6)`` fail or return a wrong view. Fine: no write, ``b`` itself returned,
+   out-of-place results, a view of ``a`` returned, the same tensor passed twice, two views without their base.
 
-``thunder_ext`` works around all three for Thunder's torch.compile executors (:mod:`thunder_ext.inductor_guard`).
+``thunder_ext`` works around all four for Thunder's torch.compile executors (:mod:`thunder_ext.inductor_guard`).
 """
 
 from __future__ import annotations
@@ -89,6 +95,16 @@ def addmm_alpha(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tens
     return torch.add(x, a @ b, alpha=0.5)
 
 
+def aliased_view_returned(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    a.mul_(2)
+    return b.unsqueeze(0)  # b aliases a with other metadata (a.t(), a[:, :2], a.view(-1))
+
+
+def aliased_view_returned_write_through_view(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    b.mul_(2)
+    return a.sum(0), b.unsqueeze(2)
+
+
 CASES: tuple[tuple[str, Callable[..., object], Sequence[tuple[int, ...]]], ...] = (
     ("1 a.copy_(b); c.copy_(a); b.mul_(3)", noop_copy_chain, [(2,), (2,), (2,)]),
     ("1 b first; c.copy_(b); b.add_(1)", noop_copy_first_use, [(2, 3), (2, 3)]),
@@ -99,6 +115,14 @@ CASES: tuple[tuple[str, Callable[..., object], Sequence[tuple[int, ...]]], ...] 
     ("2 t = a.clone(); a.index_copy_(0, [1, 0], t)", reinplaced_reads_own_snapshot, [(2, 3)]),
     ("3 torch.add(x, a @ b, alpha=0.5)", addmm_alpha, [(2, 3), (2, 3), (3, 3)]),
 )
+
+ALIASED_CASES: tuple[tuple[str, Callable[..., object], Callable[[torch.Tensor], tuple[torch.Tensor, ...]]], ...] = (
+    ("4 f(a, a.t()): a.mul_(2); return b.unsqueeze(0)", aliased_view_returned, lambda a: (a, a.t())),
+    ("4 f(a, a.view(-1)): a.mul_(2); return b.unsqueeze(0)", aliased_view_returned, lambda a: (a, a.view(-1))),
+    ("4 f(a, a[:, :2]): b.mul_(2); return a.sum(0), b.unsqueeze(2)", aliased_view_returned_write_through_view,
+     lambda a: (a, a[:, :2])),
+)
+"""Case 4: each function is called with ``a`` (shape ``(2, 3)``) and a view of it."""
 
 
 def _inputs(shapes: Sequence[tuple[int, ...]]) -> list[torch.Tensor]:
@@ -112,11 +136,24 @@ def _as_tuple(result: object) -> tuple[torch.Tensor, ...]:
 
 
 def run(name: str, fn: Callable[..., object], shapes: Sequence[tuple[int, ...]]) -> bool:
+    return compare(name, fn, lambda: _inputs(shapes))
+
+
+def run_aliased(name: str, fn: Callable[..., object],
+                views: Callable[[torch.Tensor], tuple[torch.Tensor, ...]]) -> bool:
+    return compare(name, fn, lambda: list(views(_inputs([(2, 3)])[0])))
+
+
+def compare(name: str, fn: Callable[..., object], make_inputs: Callable[[], list[torch.Tensor]]) -> bool:
     torch._dynamo.reset()
-    eager_args = _inputs(shapes)
+    eager_args = make_inputs()
     eager = _as_tuple(fn(*eager_args))
-    compiled_args = _inputs(shapes)
-    compiled = _as_tuple(torch.compile(fn, fullgraph=True)(*compiled_args))
+    compiled_args = make_inputs()
+    try:
+        compiled = _as_tuple(torch.compile(fn, fullgraph=True)(*compiled_args))
+    except Exception as error:  # noqa: BLE001 - a crash is reported like a wrong result
+        print(f"FAIL  {name}\n      torch.compile raised {type(error).__name__}: {str(error).splitlines()[0]}")
+        return False
     ok = all(torch.equal(e, c) for e, c in zip(eager_args + list(eager), compiled_args + list(compiled)))
     print(f"{'OK   ' if ok else 'WRONG'} {name}")
     if not ok:
@@ -138,7 +175,7 @@ def aliasing_check() -> bool:
 def main() -> int:
     warnings.simplefilter("ignore")
     print(f"torch {torch.__version__}, eager vs torch.compile(fullgraph=True), CPU")
-    results = [run(*case) for case in CASES] + [aliasing_check()]
+    results = [run(*case) for case in CASES] + [aliasing_check()] + [run_aliased(*case) for case in ALIASED_CASES]
     print(f"{results.count(False)} of {len(results)} cases miscompiled")
     return 0
 
