@@ -54,7 +54,7 @@ from .model import GLOBAL, Access, Effects, Resource
 from .program import Const, Instruction, Program
 from .registry import Registry, default_registry
 
-__all__ = ["EdgeKind", "Edge", "DependencyGraph", "HAZARD_RULES", "resolve_effects"]
+__all__ = ["EdgeKind", "Edge", "DependencyGraph", "HAZARD_RULES", "resolve_effects", "gc_paused"]
 
 Value = Hashable
 
@@ -115,7 +115,7 @@ def resolve_effects(
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a pass allocates many small acyclic objects (edge tuples): its
     repeated full scans would otherwise make the pass superlinear. Restores the previous state."""
     was_enabled = gc.isenabled()
@@ -301,7 +301,7 @@ class DependencyGraph:
             UndefinedValueError: an operand is used before it is defined, or a returned value is unknown.
             DuplicateDefinitionError: a value is defined twice.
         """
-        with _gc_paused():
+        with gc_paused():
             return cls._build(program, resolve_effects(program, registry, effects_of))
 
     @classmethod
@@ -450,7 +450,7 @@ class DependencyGraph:
     def succ_lists(self) -> list[list[int]]:
         """Distinct successors of every node ``0 .. n`` (built once, cached)."""
         if self._succ is None:
-            with _gc_paused():
+            with gc_paused():
                 succ: list[list[int]] = [[] for _ in range(self.n + 1)]
                 for v, preds in enumerate(self.pred_lists()):
                     for u in preds:

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .errors import CycleError, OrderViolation
-from .graph import DependencyGraph, _gc_paused
+from .graph import DependencyGraph, gc_paused
 from .model import OPAQUE, Access, Alias, Effects, OperandEffect, ResourceEffect
 from .program import Const, Instruction, Program
 from .schedule import violation_message
@@ -199,7 +199,7 @@ def partition(
                          "(merges non-adjacent instructions when legal)")
     insts = graph.program.instructions
     fus = [bool(fusible(inst)) for inst in insts]
-    with _gc_paused():
+    with gc_paused():
         groups = group(insts, fus, graph.pred_sources, can_fuse)
         return Partitioning(tuple(_compose(graph, groups)))
 

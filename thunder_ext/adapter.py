@@ -37,6 +37,7 @@ from typing import Any
 
 import effects
 from effects import OPAQUE, Access, Alias, Const, Effects, Instruction, OperandEffect, Program
+from effects.graph import gc_paused
 from effects.program import operand_values
 
 from thunder.core.prims import PrimIDs
@@ -327,14 +328,41 @@ class _Resolver:
         if declared is not None and not bound and (declared.operands or declared.aliases):
             declared = None  # positions would land on the wrong operands
         if bsym.subsymbols:
-            below = self.from_subsymbols(bsym, operands)
-            eff = below if declared is None else declared | below
+            key = self._structure(bsym, operands, declared)
+            eff = _composites.get(key)
+            if eff is None:
+                below = self.from_subsymbols(bsym, operands)
+                eff = below if declared is None else declared | below
+                eff = _widen_aliases(eff, len(_output_names(bsym)))
+                if len(_composites) >= _COMPOSITES_MAX:
+                    _composites.clear()
+                _composites[key] = eff
         else:
             eff = declared if declared is not None else OPAQUE
-        eff = _widen_aliases(eff, len(_output_names(bsym)))
+            eff = _widen_aliases(eff, len(_output_names(bsym)))
         cache[_RESOLVED_ATTR] = _Resolved(self.registry, self.generation, bsym.sym, bsym.args, bsym.kwargs,
                                           bsym.output, bsym.subsymbols, operands, eff)
         return operands, eff
+
+    def _structure(self, bsym: BoundSymbol, operands: Sequence[Operand], declared: Effects | None) -> Hashable:
+        """Everything the effects of a composite depend on, with value names replaced by their order of first
+        appearance: its declared effects, its operands and outputs, and each subsymbol's effects, operands and
+        outputs. Two bound symbols with the same structure (Thunder's fresh copies of one op, the same op on
+        other values) have the same effects (:data:`_composites`)."""
+        numbers: dict[str, int] = {}
+
+        def canon(operand: Operand) -> object:
+            if isinstance(operand, str):
+                return numbers.setdefault(operand, len(numbers))
+            if isinstance(operand, tuple):
+                return tuple(numbers.setdefault(v, len(numbers)) for v in operand_values(operand))
+            return None  # a constant: no values
+
+        subs = []
+        for sub in bsym.subsymbols:
+            sub_operands, sub_eff = self.resolve(sub)
+            subs.append((sub_eff, tuple(map(canon, sub_operands)), tuple(map(canon, _output_names(sub)))))
+        return (declared, tuple(map(canon, operands)), tuple(subs), tuple(map(canon, _output_names(bsym))))
 
     def from_subsymbols(self, bsym: BoundSymbol, operands: Sequence[Operand]) -> Effects:
         """Bottom-up effects of ``bsym``'s subsymbols, moved onto ``bsym``'s operands through views."""
@@ -382,6 +410,12 @@ class _Resolver:
         return Effects(tuple(operand_effects), aliases, frozenset(resources))
 
 
+_COMPOSITES_MAX = 1 << 16
+_composites: dict[Hashable, Effects] = {}
+"""Effects of composite bound symbols by structure (:meth:`_Resolver._structure`): what the bottom-up walk of the
+subsymbols gives depends on that structure only, so fresh copies of the same op are not walked again."""
+
+
 def _operand_value_set(operands: Sequence[Operand]) -> frozenset[object]:
     return frozenset(v for operand in operands for v in operand_values(operand))
 
@@ -411,6 +445,12 @@ def adapt_bsyms(
     input_aliases: Iterable[Iterable[str]] = (),
 ) -> AdaptedTrace:
     """Adapt a list of bound symbols (a trace body); ``args`` are extra argument proxies (the trace's args)."""
+    with gc_paused():  # many small acyclic objects: full collections over Thunder's heap would dominate
+        return _adapt_bsyms(bsyms, args, registry, input_aliases)
+
+
+def _adapt_bsyms(bsyms: Iterable[BoundSymbol], args: Iterable[object], registry: effects.Registry | None,
+                 input_aliases: Iterable[Iterable[str]]) -> AdaptedTrace:
     resolver = _resolver(registry)
     inputs: list[str] = []
     defined: set[str] = set()

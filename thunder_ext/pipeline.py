@@ -44,7 +44,7 @@ from typing import Any
 import effects
 from effects import OrderViolation
 from effects.dce import live_instructions
-from effects.graph import DependencyGraph, EdgeKind
+from effects.graph import DependencyGraph, EdgeKind, gc_paused
 from effects.partition import partition
 
 from thunder.core.compile_data import get_compile_data, get_compile_option
@@ -152,6 +152,11 @@ def fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]) 
     """Stand-in for ``data_dependent_partition.fuse_bound_symbols``: groups in a valid execution order."""
     if not active():
         return ORIGINALS["fuse_bound_symbols"](trace, merge_func)
+    with gc_paused():
+        return _fuse_bound_symbols(trace, merge_func)
+
+
+def _fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]) -> list[list[BoundSymbol]]:
     adapted, graph = _adapt(trace)
     nodes = {id(inst): _node(b) for inst, b in zip(adapted.program.instructions, adapted.bsyms)}
 
@@ -174,6 +179,58 @@ def fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]) 
     return groups
 
 
+def _leaf_names(value: object, visit: Callable[[str], bool]) -> bool | None:
+    """Call ``visit`` on the proxy names in ``value`` in Thunder's ``tree_iter`` order; stop (returning ``True``)
+    when it returns ``True``. ``None`` when ``value`` needs Thunder's pytree (anything but proxies, scalars, tuples,
+    lists and string-keyed dicts, which ``optree`` walks in sorted key order)."""
+    if isinstance(value, Proxy):
+        return visit(value.name)
+    kind = type(value)
+    if kind in (tuple, list):
+        for v in value:  # type: ignore[attr-defined]
+            found = _leaf_names(v, visit)
+            if found is not False:
+                return found
+        return False
+    if kind is dict and all(type(k) is str for k in value):  # type: ignore[attr-defined]
+        for k in sorted(value):  # type: ignore[call-overload]
+            found = _leaf_names(value[k], visit)  # type: ignore[index]
+            if found is not False:
+                return found
+        return False
+    return False if kind in (int, float, bool, complex, str, type(None)) else None
+
+
+def _first_appearance(bsyms: Sequence[BoundSymbol], wanted: set[str]) -> dict[str, int]:
+    """``transform_common.order_proxies(bsyms)`` restricted to ``wanted``: the same first-appearance positions
+    relative to each other (subsymbols before their bound symbol's arguments, keyword arguments and output),
+    stopping once every wanted name has appeared."""
+    from thunder.core.pytree import tree_iter
+
+    order: dict[str, int] = {}
+
+    def visit(name: str) -> bool:
+        if name in wanted and name not in order:
+            order[name] = len(order)
+        return len(order) == len(wanted)
+
+    def walk(bound_symbols: Sequence[BoundSymbol]) -> bool:
+        for bsym in bound_symbols:
+            if bsym.subsymbols and walk(bsym.subsymbols):
+                return True
+            found = _leaf_names((bsym.args, bsym.kwargs, bsym.output), visit)
+            if found is None:  # an exotic container: Thunder's own walk for this bound symbol
+                found = any(visit(p.name) for p in tree_iter((bsym.args, bsym.kwargs, bsym.output))
+                            if isinstance(p, Proxy))
+            if found:
+                return True
+        return False
+
+    if wanted:
+        walk(bsyms)
+    return order
+
+
 def region(producers: Any, consumers: Any, bound_symbols: list[BoundSymbol]) -> Any:
     """Stand-in for ``thunder.executors.utils.Region``: the same region (members, inputs and outputs in
     first-appearance order), built in linear time. Thunder's constructor tests membership with
@@ -182,7 +239,6 @@ def region(producers: Any, consumers: Any, bound_symbols: list[BoundSymbol]) -> 
     original = ORIGINALS["Region"]
     if not active():
         return original(producers, consumers, bound_symbols)
-    from thunder.core.transform_common import order_proxies
     from thunder.core.utils import OrderedSet
     from thunder.executors.utils import comment_symbols
 
@@ -205,7 +261,7 @@ def region(producers: Any, consumers: Any, bound_symbols: list[BoundSymbol]) -> 
                 consumes.setdefault(x.name, x)
     inputs = [x for x in consumes.values() if not member(producers[x])]
     outputs = [x for x in produces.values() if any(not member(c) for c in consumers.get(x, ()))]
-    order = order_proxies(bound_symbols)
+    order = _first_appearance(bound_symbols, {x.name for x in inputs} | {x.name for x in outputs})
     result = original.__new__(original)
     result.bound_symbols = bound_symbols
     result.inputs = OrderedSet(variableify(x) for x in sorted(inputs, key=lambda p: order[p.name]))
@@ -362,6 +418,11 @@ def dce(trace: TraceCtx, needed_proxies: set | None = None) -> TraceCtx:
     """Stand-in for ``transform_common.dce`` (same in/out contract for ``needed_proxies``)."""
     if not active():
         return ORIGINALS["dce"](trace, needed_proxies)
+    with gc_paused():
+        return _dce(trace, needed_proxies)
+
+
+def _dce(trace: TraceCtx, needed_proxies: set | None) -> TraceCtx:
     fixpoint = getattr(trace, _FIXPOINT_ATTR, None)
     if needed_proxies is None and fixpoint is not None and fixpoint.holds_for(trace):
         return _dce_result(trace, list(trace.bound_symbols), True)
