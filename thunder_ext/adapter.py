@@ -18,6 +18,10 @@ One bound symbol becomes one :class:`~effects.Instruction`:
      view of an argument is a write of that argument, and fused regions carry their members' effects;
   3. otherwise opaque — never pure.
 
+  A resolution is kept on the bound symbol (per registry generation), and the effects of a composite are also
+  memoized by its *structure* (declared effects, operand/output name pattern, subsymbols' effects and name
+  pattern), so the fresh copies Thunder's executor transforms make of the same op are not walked again.
+
   An instruction with several outputs whose effects alias an operand has *every* output alias it (``split``,
   ``update_aliases``, ``unpack_sequence``): may-alias is the sound direction.
 
