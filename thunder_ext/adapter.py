@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +51,8 @@ from thunder.core.symbol import BoundSymbol
 
 from .declarations import impl_key, key_of, python_signature
 
-__all__ = ["AdaptedTrace", "adapt", "adapt_bsyms", "bsym_effects", "operands_of", "op_key", "flat_outs",
-           "proxy_outs", "proxy_arg_names"]
+__all__ = ["AdaptedTrace", "adapt", "adapt_bsyms", "bsym_effects", "effects_lookup", "operands_of", "op_key",
+           "flat_outs", "proxy_outs", "proxy_arg_names"]
 
 Operand = Any
 
@@ -439,6 +439,13 @@ def _resolver(registry: effects.Registry | None) -> _Resolver:
 def bsym_effects(bsym: BoundSymbol, registry: effects.Registry | None = None) -> Effects:
     """The effects of one bound symbol, positions as in :func:`operands_of`."""
     return _resolver(registry).resolve(bsym)[1]
+
+
+def effects_lookup(registry: effects.Registry | None = None) -> Callable[[BoundSymbol], Effects]:
+    """:func:`bsym_effects` bound to ``registry`` at its current generation, for a pass that asks about many bound
+    symbols (no registry lookup per call)."""
+    resolve = _resolver(registry).resolve
+    return lambda bsym: resolve(bsym)[1]
 
 
 def adapt_bsyms(

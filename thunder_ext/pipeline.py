@@ -55,7 +55,8 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 
 from . import inductor_guard
-from .adapter import AdaptedTrace, adapt, adapt_bsyms, bsym_effects, flat_outs, proxy_arg_names, proxy_outs
+from .adapter import (AdaptedTrace, adapt, adapt_bsyms, bsym_effects, effects_lookup, flat_outs, proxy_arg_names,
+                      proxy_outs)
 
 __all__ = [
     "OPTION",
@@ -321,9 +322,8 @@ def _dedup_number_proxies(bsyms: Iterable[BoundSymbol]) -> tuple[list[BoundSymbo
     return result, changed
 
 
-def _has_effects(bsym: BoundSymbol) -> bool:
-    eff = bsym_effects(bsym)
-    return eff.opaque or bool(eff.written) or bool(eff.resources)
+def _has_effects(eff: effects.Effects) -> bool:
+    return eff.opaque or bool(eff.resources) or any(o.access.writes for o in eff.operands)
 
 
 class _DontDce:
@@ -345,7 +345,8 @@ class _DontDce:
         return found
 
 
-def _remove_noop_subsymbols(bsym: BoundSymbol, dont_dce: _DontDce) -> bool:
+def _remove_noop_subsymbols(bsym: BoundSymbol, dont_dce: _DontDce,
+                            effects_of: Callable[[BoundSymbol], effects.Effects]) -> bool:
     """Thunder's ``_remove_noop_subsymbols`` (drop subsymbols without outputs, and composite ones without
     subsymbols), except that a subsymbol with effects (a write, a resource, opaque) is never a no-op: an
     output-less in-place op inside a composite (``_foreach_mul_`` in :mod:`thunder_ext.opaque_torch`) stays.
@@ -355,7 +356,7 @@ def _remove_noop_subsymbols(bsym: BoundSymbol, dont_dce: _DontDce) -> bool:
     keep_outputless = None
     changed = False
     for sub in bsym.subsymbols:
-        effectful = _has_effects(sub)
+        effectful = _has_effects(effects_of(sub))
         if not effectful and not sub.subsymbols and not sub.sym.is_prim:
             continue
         if not effectful and not proxy_outs(sub):
@@ -363,7 +364,7 @@ def _remove_noop_subsymbols(bsym: BoundSymbol, dont_dce: _DontDce) -> bool:
                 keep_outputless = dont_dce(bsym)
             if not keep_outputless:
                 continue
-        changed = _remove_noop_subsymbols(sub, dont_dce) or changed
+        changed = _remove_noop_subsymbols(sub, dont_dce, effects_of) or changed
         kept.append(sub)
     removed = len(kept) != len(bsym.subsymbols)
     if removed or not isinstance(bsym.subsymbols, list):
@@ -444,6 +445,7 @@ def _dce(trace: TraceCtx, needed_proxies: set | None) -> TraceCtx:
 
     kept: list[BoundSymbol] = []
     pruned = False
+    effects_of = effects_lookup()
     for bsym in reversed(trace.bound_symbols):
         i = index.get(id(bsym))
         keep = (
@@ -453,7 +455,7 @@ def _dce(trace: TraceCtx, needed_proxies: set | None) -> TraceCtx:
             or any(o.name in needed for o in proxy_outs(bsym))
         )
         if keep:
-            pruned = _remove_noop_subsymbols(bsym, dont_dce) or pruned
+            pruned = _remove_noop_subsymbols(bsym, dont_dce, effects_of) or pruned
             kept.append(bsym)
             needed |= proxy_arg_names(bsym)
     if needed_proxies is not None:
