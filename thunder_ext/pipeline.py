@@ -15,6 +15,8 @@ Each function here has the signature of the Thunder function it stands in for (i
   opaque, or feeds something that stays through data/RAW/WAW), if it is tagged ``DONT_DCE``, or if a needed proxy
   comes from it. Output-less bound symbols are kept when live (Thunder's number-proxy de-duplication drops
   every bound symbol without outputs, which is what deletes a region that only mutates an argument).
+  A pass that changed nothing marks its result (:class:`_DceFixpoint`), and DCE of that same trace returns it
+  without building the graph again (Thunder runs DCE back to back).
 * :func:`rematerialize` runs Thunder's rematerialization with the cut refused (:func:`find_cut` returns no cut)
   for every producer/consumer fusion pair where recomputation could observe a write: the producer writes
   anything (also internally), or the producer's inputs share storage with something written by an instruction
