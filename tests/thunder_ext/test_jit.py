@@ -66,33 +66,27 @@ def test_mutation_only_region_is_not_deleted(executors, fusion_type):
     run_both(f, f, lambda: (torch.arange(4.0),), executors, fusion_type)
 
 
+def remat_program(gfn):
+    """``b`` read ``a`` before the write; recomputing it from ``a`` after ``a.add_(1)`` would be wrong."""
+
+    def f(a):
+        b = a * 2
+        a.add_(1)
+        c = gfn(a)
+        return b + c
+
+    return f
+
+
 @pytest.mark.parametrize("executors,fusion_type", CONFIGS)
 def test_no_rematerialization_across_a_write(executors, fusion_type):
-    def make(gfn):
-        def f(a):
-            b = a * 2
-            a.add_(1)
-            c = gfn(a)
-            return b + c
-
-        return f
-
-    run_both(make(g), make(g_eager), lambda: (torch.arange(4.0),), executors, fusion_type)
+    run_both(remat_program(g), remat_program(g_eager), lambda: (torch.arange(4.0),), executors, fusion_type)
 
 
 @pytest.mark.parametrize("executors,fusion_type", CONFIGS)
 def test_no_rematerialization_across_a_write_when_g_is_declared_pure(executors, fusion_type):
-    def make(gfn):
-        def f(a):
-            b = a * 2
-            a.add_(1)
-            c = gfn(a)
-            return b + c
-
-        return f
-
     with effects.default_registry().declare(("thunder_ext_test_sin", other_ex.name), effects.PURE, source="test"):
-        run_both(make(g), make(g_eager), lambda: (torch.arange(4.0),), executors, fusion_type)
+        run_both(remat_program(g), remat_program(g_eager), lambda: (torch.arange(4.0),), executors, fusion_type)
 
 
 @pytest.mark.parametrize("executors,fusion_type", CONFIGS)
