@@ -45,10 +45,7 @@ from effects import (
     GLOBAL,
     IO,
     PURE,
-    Access,
-    Alias,
     Effects,
-    OperandEffect,
     Param,
     ParamKind,
     Resource,
@@ -311,11 +308,7 @@ def _from_schema(sym: Symbol, torch_fns: list[object]) -> Effects | None:
             writes = [e for e in eff.operands if e.access.writes]
             if any(e.index not in mapping for e in writes) or any(a.operand not in mapping for a in eff.aliases):
                 continue  # cannot place a write or view on the Thunder signature: do not guess
-            moved = Effects(
-                tuple(OperandEffect(mapping[e.index], e.access) for e in writes),
-                frozenset(Alias(a.output, mapping[a.operand], a.may) for a in eff.aliases),
-                eff.resources,
-            )
+            moved = Effects(tuple(writes), eff.aliases, eff.resources).remap(mapping)
             result = moved if result is None else result | moved
     return result
 
