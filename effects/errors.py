@@ -18,6 +18,7 @@ Hierarchy::
     │   └── DuplicateDefinitionError  a value defined twice
     ├── CycleError                    a dependency cycle (prints the cycle)
     ├── OrderViolation                an order or transformed program breaks a dependency edge
+    ├── FunctionalizationError        a write has no value semantics to derive (or a rule is wrong)
     └── EffectCheckError              an op's runtime behaviour contradicts its declaration
 """
 
@@ -37,6 +38,7 @@ __all__ = [
     "DuplicateDefinitionError",
     "CycleError",
     "OrderViolation",
+    "FunctionalizationError",
     "EffectCheckError",
 ]
 
@@ -91,6 +93,11 @@ class CycleError(EffectError):
 
 class OrderViolation(EffectError):
     """An order, or a transformed program, violates a dependency edge of the original program."""
+
+
+class FunctionalizationError(EffectError, ValueError):
+    """:func:`effects.functionalize` cannot give a write value semantics: a write through a view with no inverse,
+    to storage an opaque result may share, or to inputs that alias at run time in an undescribed way."""
 
 
 class EffectCheckError(EffectError, AssertionError):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model import describe_key
-from ..program import Instruction, Program
+from ..program import Const, Instruction, Program
 from .vocab import TensorMeta, format_operand, spec_for
 
 __all__ = ["Recipe", "InputBinding", "InputSpec", "RunInputs", "Case", "program_python", "to_python_function"]
@@ -49,12 +49,20 @@ class Recipe(enum.Enum):
         return TensorMeta(tuple(probe.shape), base.dtype, base.storage, base.writable, probe.is_contiguous())
 
 
-_RECIPES: dict[Recipe, tuple[Callable[[torch.Tensor], torch.Tensor], str]] = {
-    Recipe.BASE: (lambda t: t, "{}"),
-    Recipe.T: (lambda t: t.t(), "{}.t()"),
-    Recipe.ROW: (lambda t: t[-1], "{}[-1]"),
-    Recipe.COLUMNS: (lambda t: t[:, :2], "{}[:, :2]"),
-    Recipe.FLAT: (lambda t: t.view(-1), "{}.view(-1)"),
+    def view(self, base: str, name: str) -> Instruction:
+        """The ATen view instruction that makes input ``name`` from input ``base`` (what
+        :func:`effects.functionalize` needs as ``input_views``)."""
+        op, *args = _RECIPES[self][2]
+        return Instruction(op, (base, *map(Const, args)), (name,))
+
+
+aten = torch.ops.aten
+_RECIPES: dict[Recipe, tuple[Callable[[torch.Tensor], torch.Tensor], str, tuple[object, ...]]] = {
+    Recipe.BASE: (lambda t: t, "{}", (aten.alias.default,)),
+    Recipe.T: (lambda t: t.t(), "{}.t()", (aten.t.default,)),
+    Recipe.ROW: (lambda t: t[-1], "{}[-1]", (aten.select.int, 0, -1)),
+    Recipe.COLUMNS: (lambda t: t[:, :2], "{}[:, :2]", (aten.slice.Tensor, 1, 0, 2)),
+    Recipe.FLAT: (lambda t: t.view(-1), "{}.view(-1)", (aten.view.default, (-1,))),
 }
 
 
@@ -97,6 +105,17 @@ class InputSpec:
         for b in self.bindings:
             groups.setdefault(b.base, set()).add(b.name)
         return tuple(frozenset(g) for g in groups.values() if len(g) > 1)
+
+    def input_views(self) -> tuple[Instruction, ...]:
+        """Every input that is not the first made from its base, as an ATen view of that first input."""
+        first: dict[int, str] = {}
+        views = []
+        for b in self.bindings:
+            if b.base in first:
+                views.append(b.recipe.view(first[b.base], b.name))
+            else:
+                first[b.base] = b.name
+        return tuple(views)
 
     def materialize(self) -> RunInputs:
         bases = [torch.randn(shape, generator=torch.Generator().manual_seed(self.seed + i))
@@ -143,7 +162,12 @@ class Case:
 def _statement(inst: Instruction, names: Callable[[Hashable], str] = str) -> str:
     args = [format_operand(o, names) for o in inst.inputs]
     spec = spec_for(inst.op)
-    call = spec.python(args) if spec is not None else f"{describe_key(inst.op)}({', '.join(args)})"
+    if spec is not None:
+        call = spec.python(args)
+    elif isinstance(inst.op, torch._ops.OpOverload):  # runnable: torch.ops.aten.<name>.<overload>(...)
+        call = f"torch.ops.{inst.op.namespace}.{inst.op._opname}.{inst.op._overloadname}({', '.join(args)})"
+    else:
+        call = f"{describe_key(inst.op)}({', '.join(args)})"
     outs = ", ".join(map(names, inst.outputs))
     return f"{outs} = {call}" if outs else call
 

@@ -33,9 +33,9 @@ from ..partition import Partitioning, apply_partition
 from ..schedule import reorder
 from .case import Case, RunInputs
 from .strategies import programs
-from .vocab import GeneratorRef, Indices, spec_for
+from .vocab import GeneratorRef, Indices, aten_caller, spec_for
 
-__all__ = ["Outcome", "Mismatch", "UnknownOpError", "execute", "Oracle", "check_pass"]
+__all__ = ["Outcome", "Mismatch", "UnknownOpError", "execute", "Oracle", "check_pass", "fresh_may_views"]
 
 
 class Mismatch(EffectError, AssertionError):
@@ -77,13 +77,17 @@ def _step(inst: Instruction, env: dict[Hashable, Any], run: RunInputs) -> None:
             env[v] = scope[v]
         return
     spec = spec_for(inst.op)
-    if spec is None:
+    if spec is not None:
+        run_op = spec.run
+    elif isinstance(inst.op, torch._ops.OpOverload):
+        run_op = aten_caller(inst.op)
+    else:
         raise UnknownOpError(
-            f"cannot run {inst}: op {inst.op!r} is not in effects.testing.VOCABULARY and is not a fused region "
-            "(attrs['members'] holding the member instructions). A pass under test may only reorder, fuse or "
-            "delete the vocabulary's instructions."
+            f"cannot run {inst}: op {inst.op!r} is not in effects.testing.VOCABULARY, not an ATen overload and not "
+            "a fused region (attrs['members'] holding the member instructions). A pass under test may reorder, "
+            "fuse or delete the vocabulary's instructions and add ATen ones."
         )
-    result = spec.run(*(_resolve(o, env, run) for o in inst.inputs))
+    result = run_op(*(_resolve(o, env, run) for o in inst.inputs))
     if len(inst.outputs) == 1:
         env[inst.outputs[0]] = result
     elif inst.outputs:
@@ -108,6 +112,24 @@ def execute(program: Program, case: Case, *, return_at: int | None = None) -> Ou
     for inst in insts[stop:]:
         _step(inst, env, run)
     return Outcome(returns, inputs, {name: g.get_state() for name, g in run.generators.items()})
+
+
+def fresh_may_views(case: Case) -> frozenset[tuple[int, int]]:
+    """``(instruction, output)`` pairs of ``case.program`` declared *may*-views (``reshape``) that are fresh copies
+    when the case runs — what :func:`effects.functionalize` needs as ``fresh_outputs`` to be exact."""
+    from ..graph import resolve_effects
+
+    run = case.inputs.materialize()
+    env: dict[Hashable, Any] = dict(run.tensors)
+    fresh = set()
+    for index, (inst, eff) in enumerate(zip(case.program.instructions, resolve_effects(case.program))):
+        _step(inst, env, run)
+        for alias in eff.aliases:
+            if alias.may and not alias.of_output and not isinstance(inst.inputs[alias.operand], (Const, tuple)):
+                out, source = env[inst.outputs[alias.output]], env[inst.inputs[alias.operand]]
+                if out.untyped_storage().data_ptr() != source.untyped_storage().data_ptr():
+                    fresh.add((index, alias.output))
+    return frozenset(fresh)
 
 
 def _observe(value: Any, copy: bool) -> Any:

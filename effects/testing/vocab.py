@@ -34,7 +34,7 @@ from ..schema import derive
 
 __all__ = [
     "OpKind", "TensorMeta", "Env", "Picks", "Built", "OpSpec", "Indices", "GeneratorRef", "VOCABULARY",
-    "opaque_axpy_", "spec_for", "format_operand",
+    "opaque_axpy_", "spec_for", "format_operand", "aten_caller",
 ]
 
 aten = torch.ops.aten
@@ -191,7 +191,7 @@ def format_operand(operand: Any, names: Callable[[Hashable], str] = str) -> str:
     return names(operand)
 
 
-def _caller(overload: Any) -> Callable[..., Any]:
+def aten_caller(overload: Any) -> Callable[..., Any]:
     """Call an aten overload with operands in signature order (keyword-only ones passed by name)."""
     kwonly = tuple(arg.name if arg.kwarg_only else None for arg in overload._schema.arguments)
 
@@ -449,7 +449,7 @@ def _slice_python(args: Sequence[str]) -> str:
 
 def _aten(name: str, key: Any, kind: OpKind, build: Builder, python: str | Callable[[Sequence[str]], str]) -> OpSpec:
     fmt = _template(python) if isinstance(python, str) else python
-    return OpSpec(name, key, kind, build, _caller(key), fmt)
+    return OpSpec(name, key, kind, build, aten_caller(key), fmt)
 
 
 P, V, I, R = OpKind.PURE, OpKind.VIEW, OpKind.INPLACE, OpKind.RNG
