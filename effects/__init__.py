@@ -24,6 +24,7 @@ from .errors import (
     DuplicateDefinitionError,
     EffectCheckError,
     EffectError,
+    FunctionalizationError,
     InvalidDeclaration,
     MissingOutputError,
     NonTensorWriteError,
@@ -52,6 +53,7 @@ from .model import (
     make_effects,
     rng,
 )
+from .functionalize import Functionalized, Rules, functionalize
 from .graph import HAZARD_RULES, DependencyGraph, Edge, EdgeKind
 from .partition import Partitioning, Region, apply_partition, check_partition, partition, region_effects
 from .program import Const, Instruction, Program
@@ -71,11 +73,13 @@ __all__ = [
     # dependency graph and passes
     "StorageClasses", "EdgeKind", "Edge", "DependencyGraph", "HAZARD_RULES", "live_instructions", "dce",
     "toposort", "check_order", "is_valid_order", "random_order", "reorder",
+    "functionalize", "Functionalized", "Rules",
     "Region", "Partitioning", "partition", "region_effects", "apply_partition", "check_partition", "verify",
     # errors
     "EffectError", "InvalidDeclaration", "UnknownOperandError", "OperandOutOfRangeError", "NonTensorWriteError",
     "MissingOutputError", "ConflictingDeclarationError", "UndeclaredOpError", "ProgramError",
     "UndefinedValueError", "DuplicateDefinitionError", "CycleError", "OrderViolation", "EffectCheckError",
+    "FunctionalizationError",
     # truthfulness checks
     "check_op", "checked_call", "CheckReport", "Finding", "Lie", "Sample",
 ]

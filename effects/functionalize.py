@@ -72,7 +72,7 @@ class Functionalized:
     ``epilogue`` lists ``(input, final value)`` for every input whose storage the original program wrote, in
     input order; applying it (copying each final value into its input, after the program) leaves the inputs as the
     original program would. ``origin[k]`` names the original instruction emitted instruction ``k`` was derived
-    from and how (``"keep"``, ``"functional"``, ``"replay"``, ``"scatter"``, ``"clone"``, ``"run"``).
+    from and how (``"keep"``, ``"functional"``, ``"replay"``, ``"scatter"``, ``"commit"``, ``"clone"``, ``"run"``).
     """
 
     program: Program
@@ -125,6 +125,14 @@ class Rules:
             f"cannot write through the result of {inst}: no view-inverse (scatter) rule for this op. Add one to the "
             "rules, or clone the view before writing it."
         )
+
+    def commit(self, index: int, inst: Instruction, root: Value, before: Value, after: Value,
+               name: Value) -> Sequence[Instruction] | None:
+        """Instructions defining ``name`` as the value of root ``root`` once instruction ``index`` wrote its tree
+        (``before`` -> ``after``), or ``None`` (the default) to take ``after`` as it is. The hook for value
+        semantics beyond the data: a write autograd does not record (``torch.no_grad``) keeps the root's
+        autograd identity, so an autograd adapter commits ``after`` through a straight-through op."""
+        return None
 
     def clone(self, value: Value, name: Value) -> Instruction:
         """A copy of ``value`` in fresh storage, named ``name`` (for ops that run on private copies)."""
@@ -213,7 +221,7 @@ class _Walk:
         parent = self.current(node.parent)
         index, output, position = node.view
         inst = self.instruction(index)
-        inputs = tuple(parent if k == position else self.operand(op) for k, op in enumerate(inst.inputs))
+        inputs = tuple(_swap(op, parent) if k == position else self.operand(op) for k, op in enumerate(inst.inputs))
         name = self.fresh(inst.outputs[output])
         self.emit(self.rules.replay(index, inst, output, inputs, name), "replay", index)
         node.current, node.version = name, version
@@ -248,18 +256,30 @@ class _Walk:
                                            values[-1], name):
                 self.emit(inst, "scatter", view_index)
             values.append(name)
+        values[-1] = self.commit(index, root, befores[-1] if befores else self.nodes[root].current, values[-1])
         version = self.root_version[root] + 1
         self.root_version[root] = version
         for v, current in zip(path, values):
             node = self.nodes[v]
             node.current, node.version = current, version
 
-    def replace_root(self, root: Value, new: Value) -> None:
+    def replace_root(self, root: Value, before: Value, new: Value, index: int) -> None:
         """Root ``root``'s storage now holds ``new`` (a private copy an op wrote): every view is stale."""
+        new = self.commit(index, root, before, new)
         version = self.root_version[root] + 1
         self.root_version[root] = version
         node = self.nodes[root]
         node.current, node.version = new, version
+
+    def commit(self, index: int, root: Value, before: Value, after: Value) -> Value:
+        """The root's value after instruction ``index`` wrote it, through :meth:`Rules.commit`."""
+        name = self.fresh(root)
+        emitted = self.rules.commit(index, self.program.instructions[index], root, before, after, name)
+        if emitted is None:
+            return after
+        for inst in emitted:
+            self.emit(inst, "commit", index)
+        return name
 
     def check_untainted(self, root: Value, index: int) -> None:
         """Raise unless writing ``root``'s tree at instruction ``index`` has value semantics."""
@@ -302,18 +322,20 @@ class _Walk:
         if not eff.opaque:
             for alias in eff.aliases:
                 if not alias.of_output and not (alias.may and (index, alias.output) in self.fresh_outputs):
-                    parents.setdefault(alias.output, []).append(alias.operand)
+                    positions = parents.setdefault(alias.output, [])
+                    if alias.operand not in positions:  # a definite and a may alias of the same pair
+                        positions.append(alias.operand)
         for j, value in enumerate(inst.outputs):
             positions = parents.get(j, [])
-            handed_back = [k for k in positions if k in written and _single(inst.inputs[k])]
+            handed_back = [k for k in positions if k in written and len(_values(inst.inputs[k])) == 1]
             if handed_back:
-                self.same[value] = self.canon(inst.inputs[handed_back[0]])  # type: ignore[arg-type]
+                self.same[value] = self.canon(_values(inst.inputs[handed_back[0]])[0])
                 continue
             self.root(value)
             if eff.opaque or any(a.of_output and a.output == j for a in eff.aliases):
                 self.taint(value, index, inst)
-            elif len(positions) == 1 and _single(inst.inputs[positions[0]]):
-                parent = self.canon(inst.inputs[positions[0]])  # type: ignore[arg-type]
+            elif len(positions) == 1 and len(_values(inst.inputs[positions[0]])) == 1:
+                parent = self.canon(_values(inst.inputs[positions[0]])[0])
                 node = self.nodes[value]
                 node.root, node.parent, node.view = self.nodes[parent].root, parent, (index, j, positions[0])
                 node.version = self.root_version[node.root]
@@ -365,13 +387,15 @@ class _Walk:
         new values."""
         touched = range(len(inst.inputs)) if eff.opaque else written
         roots: dict[Value, Value] = {}
+        befores: dict[Value, Value] = {}
         for k in touched:
             for v in _values(inst.inputs[k]):
                 root = self.nodes[self.canon(v)].root
                 if root not in roots:
                     self.check_untainted(root, index)
                     copy = self.fresh(root)
-                    self.emit(self.rules.clone(self.current(root), copy), "clone", index)
+                    befores[root] = self.current(root)
+                    self.emit(self.rules.clone(befores[root], copy), "clone", index)
                     roots[root] = copy
         cache: dict[Value, Value] = {}
 
@@ -386,7 +410,7 @@ class _Walk:
             if value not in cache:
                 view_index, output, position = node.view
                 view_inst = self.instruction(view_index)
-                inputs = tuple(on_copy(op) if k == position else self.operand(op)  # type: ignore[arg-type]
+                inputs = tuple(_swap(op, on_copy(_values(op)[0])) if k == position else self.operand(op)
                                for k, op in enumerate(view_inst.inputs))
                 cache[value] = self.fresh(view_inst.outputs[output])
                 self.emit(self.rules.replay(view_index, view_inst, output, inputs, cache[value]), "replay",
@@ -400,8 +424,15 @@ class _Walk:
         )
         self.emit(self.rules.keep(index, inst, inputs), "run", index)
         for root, copy in roots.items():
-            self.replace_root(root, copy)
+            self.replace_root(root, befores[root], copy, index)
         self.define_outputs(index, inst, eff, frozenset(written))
+
+
+def _swap(operand: Operand, value: Value) -> Operand:
+    """``operand`` (a view's parent operand: one value, possibly inside a list operand) with that value replaced."""
+    if isinstance(operand, tuple):
+        return tuple(v if isinstance(v, Const) else value for v in operand)
+    return value
 
 
 def _single(operand: Operand) -> bool:

@@ -27,6 +27,7 @@ from . import declarations  # noqa: E402
 
 _REGISTRATIONS = declarations.register(effects.default_registry())
 
+from . import functionalize  # noqa: E402,F401  (declares its write-back operator at import)
 from .declarations import coverage, impl_key, key_of  # noqa: E402
 from .jit import EffectVerification, enabled, install, jit, uninstall, verify_jitted  # noqa: E402
 from .plugin import (  # noqa: E402

@@ -74,7 +74,7 @@ import thunder.transforms.cudagraph as cudagraph
 
 from thunder.core.compile_data import get_compile_data, get_compile_option
 
-from . import opaque_torch, pipeline
+from . import functionalize, opaque_torch, pipeline
 
 torch_langctx = importlib.import_module("thunder.torch.langctx")  # `thunder.torch.langctx` is shadowed by a class
 
@@ -257,8 +257,8 @@ def _build_patches() -> tuple[Patch, ...]:
               _cg_transform_post_optimization),
     ]
     lookaside_map = jit_ext._general_jit_lookaside_map
-    refused = {r.torch_fn for r in opaque_torch.REFUSED}  # Thunder's own lookaside stays behind the replacement
-    table += [Patch(lookaside_map, fn, lookaside_map[fn] if fn in refused else ABSENT, lookaside)
+    # a function Thunder already looks aside to (F.dropout) keeps its entry behind the replacement
+    table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside)
               for fn, lookaside in opaque_torch.lookasides().items()]
     table += [Patch(torch_langctx._method_name_to_fn_map, name, ABSENT, sym)
               for name, sym in opaque_torch.methods().items()]
@@ -367,7 +367,11 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
     if cd is not None and cd.compile_options.get(pipeline.OPTION):  # not get_compile_option: no query recorded
         apply()
         _calls.holds += 1
-    return _ORIG_GENERAL_JIT(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
+    results = _ORIG_GENERAL_JIT(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
+    if pipeline.active():
+        results = functionalize.after_acquire(results, pipeline.input_aliases_from_cache_info(
+            results.computation_trace))
+    return results
 
 
 COMPILE_HOOK = Patch(thunder, "thunder_general_jit", _ORIG_GENERAL_JIT, _general_jit)

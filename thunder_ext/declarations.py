@@ -300,6 +300,9 @@ def _from_schema(sym: Symbol, torch_fns: list[object]) -> Effects | None:
             continue
         for overload_name in packet.overloads():  # type: ignore[attr-defined]
             overload = getattr(packet, overload_name)
+            if any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
+                   for a in overload._schema.arguments):
+                continue  # an out= overload: Thunder's symbols never take `out`, so its write is not theirs
             found = derive(overload)
             if found is None:
                 continue

@@ -1,7 +1,8 @@
 """Torch ops Thunder has no symbol for run as opaque torch calls whose effects come from their ATen schemas.
 
-Thunder 0.2.6 refuses ``torch._foreach_add_`` ("not yet supported"), ``F.dropout(..., inplace=True)`` and
-``Tensor.uniform_`` ("Unknown attribute"). This module makes them trace, with Thunder's own extension points:
+Thunder 0.2.6 refuses ``torch._foreach_add_`` ("not yet supported"), ``F.dropout(..., inplace=True)``,
+``Tensor.sigmoid_`` and ``Tensor.uniform_`` ("Unknown attribute"). This module makes them trace, with Thunder's own
+extension points:
 
 * one :class:`thunder_ext.plugin.OperatorExecutor` (:data:`executor`, name :data:`EXECUTOR_NAME`) owns an
   **operator per ATen overload** (``aten__foreach_add__List``): its parameters are the schema's arguments in order,
@@ -15,8 +16,10 @@ Thunder 0.2.6 refuses ``torch._foreach_add_`` ("not yet supported"), ``F.dropout
   argument at its schema position and records that operator — so the trace carries the operator with its
   precise per-parameter effects;
 * missing ``Tensor`` methods are entries of the torch language context's method table mapping to the dispatcher;
-* :data:`REFUSED` lists Thunder symbols that reject some arguments (``F.dropout`` with ``inplace=True``): their
-  dispatcher forwards every other call to the Thunder symbol unchanged.
+* in-place methods whose out-of-place op Thunder has (``sigmoid_``, ``clamp_min_``, ``index_fill_``,
+  ``scatter_reduce_``, ``fill_``, ... :func:`derived_methods`) are not opaque: they trace as ``copy_(self,
+  X(self, ...))``, Thunder's own definition of its in-place ops, so they differentiate and fuse; likewise
+  ``F.dropout(inplace=True)`` (:data:`DERIVED_FUNCTIONS`), which Thunder's symbol refuses.
 
 Lookaside and method entries are new entries in Thunder's tables, so they are added and removed by
 :mod:`thunder_ext._patches` (held while a ``thunder_ext.jit`` function runs or between ``install``/``uninstall``).
@@ -52,7 +55,8 @@ from thunder.torch.langctx import _method_name_to_fn_map
 
 from .plugin import OperatorExecutor
 
-__all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "Refused", "REFUSED", "supported", "operator_for",
+__all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "supported", "operator_for", "derived_methods",
+           "DERIVED_FUNCTIONS", "FUNCTIONAL_TWINS", "METADATA_METHODS",
            "executors_with", "lookasides", "methods"]
 
 EXECUTOR_NAME = "thunder_effects_opaque_torch"
@@ -61,7 +65,7 @@ executor = OperatorExecutor(EXECUTOR_NAME)
 """Owns the per-overload operators and the dispatchers; registered with Thunder under :data:`EXECUTOR_NAME`."""
 extend.register_executor(executor)
 
-_METHODS = ("uniform_", "normal_", "bernoulli_", "random_", "cauchy_", "log_normal_", "geometric_", "fill_",
+_METHODS = ("uniform_", "normal_", "bernoulli_", "random_", "cauchy_", "log_normal_", "geometric_",
             "exponential_")
 """``Tensor`` methods made traceable when Thunder's torch language context lacks them."""
 
@@ -156,30 +160,58 @@ def _overload(packet: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
 
 
 # --- dispatchers: one per torch function ---------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """A Thunder symbol that rejects some calls of ``torch_fn``; those run as ``packet`` (an opaque torch op)."""
-
-    torch_fn: Callable[..., Any]
-    thunder_fn: Callable[..., Any]
-    refuses: Callable[..., bool]
-    """Called with the call's arguments: whether Thunder rejects them."""
-    packet: Any
-    arguments: Callable[..., tuple[tuple[Any, ...], dict[str, Any]]]
-    """The call's arguments as ``packet`` takes them."""
 
 
-def _dropout_arguments(a: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> tuple[tuple, dict]:
-    return (a, p, training), {}
+# --- in-place methods Thunder lacks, derived from the out-of-place op it has ---------------------------------------
+METADATA_METHODS = frozenset({
+    "as_strided_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swapaxes_", "swapdims_", "detach_", "resize_",
+    "resize_as_", "set_", "requires_grad_", "share_memory_",
+})
+"""In-place methods that change a tensor's metadata or autograd state, not its values: never derived."""
 
 
-def _dropout_refused(a: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> bool:
-    return bool(inplace)
+def _derived(name: str, functional: Callable[..., Any]) -> Callable[..., Any]:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return ltorch._copy_(self, functional(self, *args, **kwargs))
+
+    method.__name__ = method.__qualname__ = f"derived_{name}"
+    return method
 
 
-REFUSED: tuple[Refused, ...] = (
-    Refused(F.dropout, ltorch.dropout, _dropout_refused, torch.ops.aten.dropout_, _dropout_arguments),
-)
+def _fill(self: Any, value: Any) -> Any:
+    if isinstance(value, TensorProxy):
+        return ltorch.expand(ltorch.to(value, self.dtype), self.shape)
+    return ltorch.full_like(self, value)
+
+
+def _dropout(a: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+    if inplace:
+        return ltorch._copy_(a, ltorch.dropout(a, p, training))
+    return ltorch.dropout(a, p, training)
+
+
+FUNCTIONAL_TWINS: dict[str, Callable[..., Any]] = {"fill_": _fill}
+"""Out-of-place twins of in-place methods whose name does not say it (``fill_`` is ``full_like``)."""
+
+
+def derived_methods() -> dict[str, Callable[..., Any]]:
+    """``Tensor.X_`` methods Thunder lacks, for every ``X`` it has (and :data:`FUNCTIONAL_TWINS`): traced as
+    ``copy_(self, X(self, ...))`` — exactly how Thunder defines its own in-place ops (``relu_``, ``add_``), so
+    they are differentiable, fusible and their effects are the ``copy_``'s. Metadata mutations are excluded."""
+    found = {}
+    for name in dir(torch.Tensor):
+        if not name.endswith("_") or name.endswith("__") or name.startswith("_") or name in METADATA_METHODS:
+            continue
+        if name in _method_name_to_fn_map:
+            continue
+        functional = FUNCTIONAL_TWINS.get(name) or _method_name_to_fn_map.get(name[:-1])
+        if functional is not None:
+            found[name] = _derived(name, functional)
+    return found
+
+
+DERIVED_FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {F.dropout: _dropout}
+"""Torch functions whose Thunder symbol refuses ``inplace=True``: traced as the symbol plus ``copy_``."""
 """Thunder symbols that raise for some arguments, and the ATen op those calls run as instead."""
 
 
@@ -194,7 +226,7 @@ class OpaqueTorchOp:
     method: str | None = None
 
 
-def _dispatcher(name: str, packet: Any, refused: Refused | None) -> Callable[..., Any]:
+def _dispatcher(name: str, packet: Any) -> Callable[..., Any]:
     def dispatch(*args: Any, **kwargs: Any) -> Any:
         cd = get_compile_data()
         if cd is not None and executor not in cd.executors_list:
@@ -203,10 +235,6 @@ def _dispatcher(name: str, packet: Any, refused: Refused | None) -> Callable[...
                 f"{EXECUTOR_NAME!r} is in `executors` (thunder_ext.jit adds it; with thunder.jit pass "
                 "executors=[..., thunder_ext.opaque_torch.executor])."
             )
-        if refused is not None:
-            if not refused.refuses(*args, **kwargs):
-                return refused.thunder_fn(*args, **kwargs)
-            args, kwargs = refused.arguments(*args, **kwargs)
         overload = _overload(packet, args, kwargs)
         positional, keywords = _bind(overload, args, kwargs)
         return operator_for(overload)(*positional, **keywords)
@@ -215,12 +243,11 @@ def _dispatcher(name: str, packet: Any, refused: Refused | None) -> Callable[...
     return dispatch
 
 
-def _register(torch_fn: Callable[..., Any], packet: Any, *, refused: Refused | None = None,
-              method: str | None = None) -> OpaqueTorchOp:
+def _register(torch_fn: Callable[..., Any], packet: Any, *, method: str | None = None) -> OpaqueTorchOp:
     for overload_name in packet.overloads():
         operator_for(getattr(packet, overload_name))
     name = getattr(torch_fn, "__qualname__", None) or packet.__name__
-    return OpaqueTorchOp(torch_fn, packet, _dispatcher(name, packet, refused), method)
+    return OpaqueTorchOp(torch_fn, packet, _dispatcher(name, packet), method)
 
 
 def lookasides() -> dict[Callable[..., Any], Callable[..., Any]]:
@@ -234,13 +261,19 @@ def lookasides() -> dict[Callable[..., Any], Callable[..., Any]]:
         table[op.torch_fn] = lookaside
         if op.method is not None:
             table[op.dispatch] = lookaside
+    for method in _DERIVED.values():
+        table[method] = ensure_recursive_proxies(interpreter_needs_wrap(method))
+    for torch_fn, fn in DERIVED_FUNCTIONS.items():
+        table[torch_fn] = ensure_recursive_proxies(interpreter_needs_wrap(fn))
     return table
 
 
 def methods() -> dict[str, Callable[..., Any]]:
     """``Tensor`` methods (name -> dispatcher) for the torch language context, installed by
     :mod:`thunder_ext._patches`."""
-    return {op.method: op.dispatch for op in _SUPPORTED if op.method is not None}
+    table = {op.method: op.dispatch for op in _SUPPORTED if op.method is not None}
+    table.update(_DERIVED)
+    return table
 
 
 def _unmapped_foreach() -> Iterator[tuple[Callable[..., Any], Any]]:
@@ -257,11 +290,11 @@ def _register_all() -> tuple[OpaqueTorchOp, ...]:
     for name in _METHODS:
         if name not in _method_name_to_fn_map and hasattr(torch.ops.aten, name):
             ops.append(_register(getattr(torch.Tensor, name), getattr(torch.ops.aten, name), method=name))
-    ops += [_register(r.torch_fn, r.packet, refused=r) for r in REFUSED]
     return tuple(ops)
 
 
 _SUPPORTED = _register_all()
+_DERIVED = derived_methods()
 
 
 def supported() -> tuple[OpaqueTorchOp, ...]:

@@ -1,0 +1,502 @@
+"""Effect functionalization of Thunder traces, so that value transforms (autograd) see every mutation.
+
+Thunder differentiates, splits and rematerializes by dataflow. With the effect pipeline (no ``update_aliases``
+threading) a write is a side effect nothing downstream reads, so ``h.relu_()`` does not exist for autograd. When a
+compilation will be differentiated (an argument requires grad), :func:`functionalize_for_grad` rewrites the freshly
+acquired computation trace with :func:`effects.functionalize`, before anything else looks at it:
+
+1. **Writers are flattened** to the prims that write: Thunder traces every in-place op as its functional
+   decomposition plus ``prims.copy_(new, dst)`` (``ltorch.relu_`` = ``relu`` + ``copy_``; ``setitem_``,
+   ``batch_norm``'s running statistics, ``F.relu(inplace=True)`` alike), so composites that write are replaced by
+   their subsymbols, recursively, down to the writing prims.
+2. :func:`effects.functionalize` with :class:`ThunderRules`: ``copy_(new, dst)`` means "``dst``'s new value is
+   ``new``"; a write through a view is scattered into its base by inverting the view's prims one by one
+   (``slice_prim`` → ``pad`` + ``where``, ``transpose`` → the inverse permutation, ``reshape``/``squeeze``/a
+   non-expanding ``broadcast_in_dim`` → ``reshape`` back, ``shallow_copy`` → itself); stale views are replayed by
+   calling their symbol again on the new base; writers without subsymbols (opaque torch ops) run on clones.
+3. **No-grad writes keep autograd identity.** In eager, ``with torch.no_grad(): w.mul_(2)`` changes ``w``'s data
+   but not its place in the autograd graph: later uses of ``w`` still differentiate to ``w``. So a root written
+   under no-grad gets its new value through :data:`NO_GRAD_UPDATE` (forward: the new value; backward: the
+   gradient passes straight to the old value) — what the effect of "a write autograd does not see" means for
+   values.
+4. **Inputs** are written back after the program (the epilogue of :func:`effects.functionalize`):
+
+   * a *data* write-back — the input and its final value do not require grad, or every write to it happened under
+     no-grad (optimizer steps, running statistics, caches) — is a ``prims.copy_`` at the end of the computation,
+     where the effect pipeline, fusion and reinplacing treat it like any in-place update;
+   * an *autograd* write-back — a write under grad mode to an input that requires grad, or of a value that
+     requires grad — must move the input's autograd history, as eager does. The final value becomes an extra
+     output of the computation (so the backward receives its gradient) and the epilogue, which runs after the
+     outputs are connected to autograd, performs ``input.copy_(final)`` under ``torch.enable_grad()``
+     (:data:`WRITEBACK`). Eager semantics follow from eager itself: a leaf that requires grad raises PyTorch's own
+     "a leaf Variable that requires grad is being used in an in-place operation" (before its data changes), a
+     non-leaf's ``grad_fn`` becomes the copy's, and a returned value that *is* the input is the input object.
+
+A tensor saved for backward and mutated later gets the mathematically correct gradient (the functional program
+saves the value it read), where eager raises "one of the variables needed for gradient computation has been
+modified by an inplace operation".
+
+Arguments that share storage at run time and are written are not handled yet: the compilation raises
+:class:`~effects.errors.FunctionalizationError` naming the arguments (clone one of them before the call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import effects
+from effects import Const, Effects, FunctionalizationError, Instruction
+from effects.functionalize import Rules, Value, functionalize
+
+import thunder
+from thunder.core import prims
+from thunder.core.prims import PrimIDs
+from thunder.core.proxies import Proxy, TensorProxy, variableify
+from thunder.core.pytree import tree_flatten, tree_map
+from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
+
+import thunder.torch as ltorch
+
+from .adapter import AdaptedTrace, adapt_bsyms, bsym_effects
+
+__all__ = ["ThunderRules", "functionalize_for_grad", "Writeback", "NO_GRAD_UPDATE", "WRITEBACK"]
+
+
+# --- the two symbols functionalization adds ------------------------------------------------------------------
+def _no_grad_update_meta(old: TensorProxy, new: TensorProxy) -> TensorProxy:
+    return prims.shallow_copy(new)
+
+
+NO_GRAD_UPDATE = Symbol(name="thunder_effects_no_grad_update", meta=_no_grad_update_meta, id="thunder_effects_no_grad_update",
+                        is_prim=False)
+"""``old``'s storage now holds ``new`` by a write autograd does not record: the value is ``new``, the gradient
+flows to ``old`` unchanged (a composite of ``shallow_copy(new)`` with its own gradient rule)."""
+
+
+def _no_grad_update_grad(old: TensorProxy, new: TensorProxy) -> TensorProxy:
+    from thunder.core.transforms import get_grad, put_grad
+
+    out = NO_GRAD_UPDATE(old, new)
+    put_grad(old, get_grad(out))
+    return out
+
+
+def _register_grad() -> None:
+    from thunder.core.transforms import register_grad
+
+    register_grad(NO_GRAD_UPDATE, _no_grad_update_grad)
+
+
+_register_grad()
+
+
+def _writeback_impl(dst: torch.Tensor, src: torch.Tensor) -> None:
+    with torch.enable_grad():
+        dst.copy_(src)
+
+
+def _writeback_meta(dst: TensorProxy, src: TensorProxy) -> None:
+    return None
+
+
+def _make_writeback() -> Symbol:
+    from .plugin import OperatorExecutor
+
+    executor = OperatorExecutor("thunder_ext_writeback")
+    return executor.register_operator("thunder_effects_writeback", meta=_writeback_meta, fn=_writeback_impl,
+                                      effects=Effects(operands=(effects.OperandEffect(0, effects.Access.WRITE),
+                                                                effects.OperandEffect(1, effects.Access.READ))))
+
+
+WRITEBACK = _make_writeback()
+"""Epilogue op: ``dst.copy_(src)`` under ``torch.enable_grad()`` (eager's in-place semantics, leaf check included)."""
+
+
+# --- flattening writers --------------------------------------------------------------------------------------
+def _writes(bsym: BoundSymbol) -> bool:
+    eff = bsym_effects(bsym)
+    return eff.opaque or bool(eff.written)
+
+
+def _flatten_writers(bsyms: Iterable[BoundSymbol]) -> list[BoundSymbol]:
+    """Replace every composite that writes by its subsymbols, recursively, down to the writing prims (and
+    writers without subsymbols)."""
+    out: list[BoundSymbol] = []
+    for bsym in bsyms:
+        if bsym.subsymbols and _writes(bsym):
+            out += _flatten_writers(bsym.subsymbols)
+        else:
+            out.append(bsym)
+    return out
+
+
+# --- instructions the materializer runs ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, eq=False)
+class Call:
+    """An instruction op: call ``fn`` on the resolved operands (proxies, constants) inside the new trace."""
+
+    fn: Callable[..., Any]
+    label: str
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+SAME = Call(_same, "same")
+"""The new value *is* the operand (``copy_(new, dst)``: ``dst``'s new value is ``new``); emits nothing."""
+
+
+# --- view inverses on prims ----------------------------------------------------------------------------------
+def _leaves(bsym: BoundSymbol) -> list[BoundSymbol]:
+    if not bsym.subsymbols:
+        return [bsym]
+    return [leaf for sub in bsym.subsymbols for leaf in _leaves(sub)]
+
+
+def _narrow_as_slice(bsym: BoundSymbol) -> list[BoundSymbol]:
+    """``narrow(a, dim, start, length)`` (a torch op Thunder runs without a decomposition) as its ``slice_prim``."""
+    a, dim, start, length = (*bsym.args, *bsym.kwargs.values())[:4]
+    dim %= a.ndim
+    starts = [start if d == dim else 0 for d in range(a.ndim)]
+    ends = [start + length if d == dim else a.shape[d] for d in range(a.ndim)]
+    return [prims.slice_prim.bind(a, starts, ends, [1] * a.ndim, output=bsym.output)]
+
+
+_UNDECOMPOSED_VIEWS: dict[Any, Callable[[BoundSymbol], list[BoundSymbol]]] = {"torch.narrow": _narrow_as_slice}
+"""View symbols Thunder runs without a decomposition, as the view prims they amount to."""
+
+
+def _view_chain(bsym: BoundSymbol, parent: str, output: str) -> list[BoundSymbol] | None:
+    """The view prims leading from proxy ``parent`` to proxy ``output`` inside ``bsym`` (in order), or ``None``
+    when the decomposition is not a chain of invertible view prims."""
+    if not bsym.subsymbols and bsym.sym.id in _UNDECOMPOSED_VIEWS:
+        return _UNDECOMPOSED_VIEWS[bsym.sym.id](bsym)
+    producer = {o.name: leaf for leaf in _leaves(bsym) for o in leaf.flat_proxy_outs}
+    chain = []
+    name = output
+    while name != parent:
+        leaf = producer.get(name)
+        if leaf is None or leaf.sym.id not in _INVERSES:
+            return None
+        chain.append(leaf)
+        name = leaf.args[0].name
+    return chain[::-1]
+
+
+def _inverse_slice(leaf: BoundSymbol, before: TensorProxy, new: TensorProxy) -> TensorProxy:
+    a, start, end = leaf.args[0], leaf.args[1], leaf.args[2]
+    strides = leaf.args[3] if len(leaf.args) > 3 and leaf.args[3] is not None else [1] * a.ndim
+    config = []
+    for length, lo, size, step in zip(a.shape, start, new.shape, strides):
+        covered = lo + (size - 1) * step + 1 if size else lo
+        config.append((lo, length - covered, step - 1))
+    padded = _pad(new, config)
+    mask = _pad(ltorch.full_like(new, True, dtype=thunder.dtypes.bool8), config)
+    return ltorch.where(mask, padded, before)
+
+
+def _pad(t: TensorProxy, config: list[tuple[int, int, int]]) -> TensorProxy:
+    zero: Any = False if t.dtype is thunder.dtypes.bool8 else (0 if not thunder.dtypes.is_inexact_dtype(t.dtype) else 0.0)
+    if thunder.dtypes.is_complex_dtype(t.dtype):
+        zero = 0j
+    return prims.pad(t, zero, config)
+
+
+def _inverse(leaf: BoundSymbol, before: TensorProxy, new: TensorProxy) -> TensorProxy:
+    """``before`` (the view prim's input now) with the part ``leaf`` selects replaced by ``new``."""
+    sid = leaf.sym.id
+    a = leaf.args[0]
+    if sid is PrimIDs.SLICE:
+        return _inverse_slice(leaf, before, new)
+    if sid is PrimIDs.TRANSPOSE:
+        perm = leaf.args[1]
+        inverse = [0] * len(perm)
+        for k, d in enumerate(perm):
+            inverse[d] = k
+        return prims.transpose(new, tuple(inverse))
+    if sid is PrimIDs.SHALLOW_COPY:
+        return new
+    if sid is PrimIDs.BROADCAST_IN_DIM and new.numel != a.numel:
+        raise FunctionalizationError(
+            f"{leaf.sym.name} expands {a.name} to shape {tuple(new.shape)}: several elements of the result are one "
+            "memory location, so it cannot be written (eager refuses too). Clone it before writing."
+        )
+    return prims.reshape(new, tuple(a.shape))  # reshape, squeeze, non-expanding broadcast_in_dim
+
+
+_INVERSES = frozenset({PrimIDs.SLICE, PrimIDs.TRANSPOSE, PrimIDs.SHALLOW_COPY, PrimIDs.BROADCAST_IN_DIM,
+                       PrimIDs.RESHAPE, PrimIDs.SQUEEZE})
+
+
+# --- rules --------------------------------------------------------------------------------------------------
+class ThunderRules(Rules):
+    """:class:`effects.functionalize.Rules` for an adapted Thunder trace (``adapted.bsyms[i]`` is instruction
+    ``i``); ``grad_enabled[i]`` is the grad mode instruction ``i`` ran under."""
+
+    def __init__(self, adapted: AdaptedTrace, grad_enabled: Sequence[bool], proxies: Mapping[str, Proxy]) -> None:
+        self.adapted = adapted
+        self.grad_enabled = grad_enabled
+        self.proxies = proxies
+
+    def functional(self, index: int, inst: Instruction, inputs: tuple[Any, ...],
+                   new_values: Mapping[tuple[int, int], Value]) -> Sequence[Instruction] | None:
+        bsym = self.adapted.bsyms[index]
+        if bsym.sym.id is not PrimIDs.COPY_:
+            return None
+        (position, _), name = next(iter(new_values.items()))
+        source = 1 - position  # copy_(copy_from, copy_to): operand 1 is written, operand 0 is its new value
+        return [Instruction(SAME, (inputs[source],), (name,))]
+
+    def scatter(self, index: int, inst: Instruction, output: int, base: Value, view: Value,
+                name: Value) -> Sequence[Instruction]:
+        bsym = self.adapted.bsyms[index]
+        parent = next(v for op in inst.inputs for v in effects.program.operand_values(op))
+        chain = _view_chain(bsym, str(parent), inst.outputs[output])
+        if chain is None:
+            raise FunctionalizationError(
+                f"cannot write through the result of {bsym.sym.name} ({inst}): its decomposition is not a chain of "
+                "view prims this pass can invert (slice, transpose, reshape, squeeze, broadcast_in_dim, "
+                "shallow_copy). Clone the view before writing it."
+            )
+
+        def scatter_chain(base_now: TensorProxy, new_view: TensorProxy) -> TensorProxy:
+            values = [base_now]
+            for leaf in chain[:-1]:  # the chain's intermediate views of the current base
+                values.append(_replay_prim(leaf, values[-1]))
+            new = new_view
+            for leaf, before in zip(reversed(chain), reversed(values)):
+                new = _inverse(leaf, before, new)
+            return new
+
+        return [Instruction(Call(scatter_chain, f"scatter<{bsym.sym.name}>"), (base, view), (name,))]
+
+    def clone(self, value: Value, name: Value) -> Instruction:
+        return Instruction(Call(ltorch.clone, "clone"), (value,), (name,))
+
+    def commit(self, index: int, inst: Instruction, root: Value, before: Value, after: Value,
+               name: Value) -> Sequence[Instruction] | None:
+        if self.grad_enabled[index]:
+            return None
+        return [Instruction(Call(NO_GRAD_UPDATE, "no_grad_update"), (before, after), (name,))]
+
+
+def _replay_prim(leaf: BoundSymbol, source: TensorProxy) -> TensorProxy:
+    return leaf.sym(source, *leaf.args[1:], **leaf.kwargs)
+
+
+# --- materializing the functional program -------------------------------------------------------------------
+def _swap_map(old: Iterable[Any], new: Iterable[Any], env: Mapping[str, Any],
+              proxies: Mapping[str, Proxy]) -> dict[Any, Proxy]:
+    swap = {}
+    for a, b in zip(old, new):
+        for x, y in zip(effects.program.operand_values(a), effects.program.operand_values(b)):
+            if x != y:
+                swap[variableify(proxies[x])] = env[y]
+    return swap
+
+
+def _resolve(operand: Any, env: Mapping[str, Any]) -> Any:
+    if isinstance(operand, Const):
+        return operand.value
+    if isinstance(operand, tuple):
+        return tuple(_resolve(o, env) for o in operand)
+    return env[operand]
+
+
+@dataclass(frozen=True, slots=True)
+class Writeback:
+    """An input the functional computation no longer writes: ``position`` in the computation's arguments, its
+    final value, and whether the write-back must move autograd history (:data:`WRITEBACK` in the epilogue) or only
+    data (``prims.copy_`` in the computation)."""
+
+    position: int
+    input: TensorProxy
+    final: TensorProxy
+    autograd: bool
+
+
+def _trace_proxies(trace: TraceCtx) -> dict[str, Proxy]:
+    found: dict[str, Proxy] = {}
+
+    def visit(bsyms: Iterable[BoundSymbol]) -> None:
+        for bsym in bsyms:
+            for p in (*bsym.flat_proxy_args, *bsym.flat_proxy_outs):
+                found.setdefault(p.name, p)
+            visit(bsym.subsymbols)
+
+    flat, _ = tree_flatten((trace.args, trace.kwargs))
+    for p in flat:
+        if isinstance(p, Proxy):
+            found.setdefault(p.name, p)
+    visit(trace.bound_symbols)
+    return found
+
+
+def _grad_modes(bsyms: Sequence[BoundSymbol], start: bool) -> list[bool]:
+    """The grad mode each bound symbol runs under (``set_grad_enabled`` bound symbols switch it; ``copy_``
+    records its own)."""
+    modes = []
+    mode = start
+    for bsym in bsyms:
+        if bsym.sym.id == "set_grad_enabled":
+            mode = bool(bsym.args[0])
+        if bsym.sym.id is PrimIDs.COPY_ and "grad_enabled" in bsym.kwargs:
+            modes.append(bool(bsym.kwargs["grad_enabled"]))
+        else:
+            modes.append(mode)
+    return modes
+
+
+def functionalize_for_grad(trace: TraceCtx, *, grad_enabled: bool,
+                           input_aliases: Iterable[Iterable[str]] = ()) -> tuple[TraceCtx, tuple[Writeback, ...]]:
+    """The computation ``trace`` without writes (see the module docstring) and the write-backs of its inputs.
+
+    Data write-backs are already in the returned trace (``prims.copy_`` before the return); autograd write-backs
+    are listed for the caller, whose epilogue must perform them (:func:`thunder_ext.functionalize` does it in
+    :func:`apply_writebacks`). The trace is returned unchanged (and no write-backs) when it writes nothing.
+
+    Raises:
+        FunctionalizationError: a write with no value semantics (see :func:`effects.functionalize`).
+    """
+    if not any(_writes(b) for b in trace.bound_symbols):
+        return trace, ()
+    bsyms = _flatten_writers(trace.bound_symbols)
+    flat_args, _ = tree_flatten((trace.args, trace.kwargs))
+    adapted = adapt_bsyms(bsyms, args=flat_args, input_aliases=input_aliases)
+    proxies = _trace_proxies(trace)
+    modes = _grad_modes(adapted.bsyms, grad_enabled)
+    rules = ThunderRules(adapted, modes, proxies)
+    result = functionalize(adapted.program, rules)
+
+    new = from_trace(trace)
+    new.bound_symbols = list(adapted.prefix)
+    env: dict[str, Any] = {name: p for name, p in proxies.items() if name in adapted.program.inputs}
+    insts = adapted.program.instructions
+    for inst, (kind, index) in zip(result.program.instructions, result.origin):
+        if isinstance(inst.op, Call):
+            new.push_scope([])
+            with tracectx(new):
+                out = inst.op.fn(*(_resolve(o, env) for o in inst.inputs))
+            new.bound_symbols += new.pop_scope()
+            outs = [out] if isinstance(out, Proxy) else list(out)
+            env.update(zip(inst.outputs, outs))
+            continue
+        bsym = adapted.bsyms[index]
+        swap = _swap_map(insts[index].inputs, inst.inputs, env, proxies)
+        if kind in ("keep", "run"):
+            new.bound_symbols.append(bsym.from_bsym_swap_proxies(swap, skip_output=True))
+            env.update((name, proxies[name]) for name in inst.outputs if name in proxies)
+            continue
+        assert kind == "replay", kind
+        args, kwargs = tree_map(lambda x: swap.get(variableify(x), x) if isinstance(x, Proxy) else x,
+                                (bsym.args, bsym.kwargs))
+        new.push_scope([])
+        with tracectx(new):
+            out = bsym.sym(*args, **kwargs)
+        new.bound_symbols += new.pop_scope()
+        outs, _ = tree_flatten(out)
+        env.update(zip(inst.outputs, [o for o in outs if isinstance(o, Proxy)]))
+
+    writebacks = []
+    position = {p.name: k for k, p in enumerate(flat_args) if isinstance(p, Proxy)}
+    written_under_grad = _written_under_grad(adapted, modes)
+    for name, final in result.epilogue:
+        inp, value = proxies[name], env[final]
+        autograd = name in written_under_grad and (inp.requires_grad or value.requires_grad)
+        writebacks.append(Writeback(position[name], inp, value, autograd))
+        if not autograd:
+            with tracectx(new):
+                prims.copy_(value, inp, grad_enabled=False)
+    returns = {}
+    for old, new_name in zip(adapted.program.returns, result.program.returns):
+        returns[variableify(proxies[old])] = env[new_name]
+    assert adapted.return_bsym is not None
+    new.bound_symbols.append(adapted.return_bsym.from_bsym_swap_proxies(returns))
+    new.set_provenance(TraceProvenance("Effect functionalization for autograd (thunder-effects)"))
+    return new, tuple(writebacks)
+
+
+def _written_under_grad(adapted: AdaptedTrace, modes: Sequence[bool]) -> set[str]:
+    """Inputs whose storage some instruction writes under grad mode."""
+    graph = effects.DependencyGraph.build(adapted.program)
+    inputs = adapted.program.inputs
+    found: set[str] = set()
+    for i in range(graph.n):
+        if not modes[i]:
+            continue
+        eff = graph.effects(i)
+        inst = adapted.program.instructions[i]
+        if eff.opaque:
+            classes = {graph.storage.storage(v) for v in inst.input_values()}
+        else:
+            classes = {graph.storage.storage(v) for k in eff.written
+                       for v in effects.program.operand_values(inst.inputs[k])}
+        found.update(v for v in inputs if graph.storage.storage(v) in classes)
+    return found
+
+
+# --- wiring: right after Thunder acquired the traces ---------------------------------------------------------
+def after_acquire(results: Any, input_aliases: Iterable[Iterable[str]]) -> Any:
+    """Functionalize ``results.computation_trace`` (Thunder's ``TraceResults``) when the compilation will be
+    differentiated, and thread its autograd write-backs through the prologue and the epilogue (see the module
+    docstring). Returns ``results`` (modified in place)."""
+    from thunder.core.compile_data import get_compile_data
+
+    cd = get_compile_data()
+    computation = results.computation_trace
+    if cd is None or cd.disable_torch_autograd_support:
+        return results
+    if not any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args):
+        return results
+    new, writebacks = functionalize_for_grad(computation, grad_enabled=bool(cd.is_grad_enabled),
+                                             input_aliases=input_aliases)
+    results.computation_trace = new
+    autograd = [w for w in writebacks if w.autograd]
+    if autograd:
+        _thread_writebacks(results, autograd)
+    return results
+
+
+def _thread_writebacks(results: Any, writebacks: Sequence[Writeback]) -> None:
+    """Pass each written input from the prologue to the epilogue and its final value from the computation to the
+    epilogue, and write it there with :data:`WRITEBACK`; a returned final value becomes the input itself."""
+    computation, prologue, epilogue = results.computation_trace, results.prologue_trace, results.epilogue_trace
+    comp_return = computation.bound_symbols[-1]
+    outputs = tuple(comp_return.args[0])
+    finals = tuple(w.final for w in writebacks)
+    with tracectx(computation):
+        computation.bound_symbols[-1] = prims.python_return.bind(outputs + finals, output=None)
+
+    pro_return = prologue.bound_symbols[-1]
+    pro_to_comp, pro_to_epi = pro_return.args[0]
+    inputs = tuple(pro_to_comp[w.position] for w in writebacks)
+    prologue.bound_symbols[-1] = prims.python_return.bind((pro_to_comp, tuple(pro_to_epi) + inputs), output=None)
+
+    n_pro = len(pro_to_epi)
+    old_args = list(epilogue.args)
+    with tracectx(epilogue):
+        ep_inputs = [TensorProxy(like=w.input, requires_grad=w.input.requires_grad) for w in writebacks]
+        ep_finals = [TensorProxy(like=w.final, requires_grad=w.final.requires_grad) for w in writebacks]
+    new_args = old_args[:n_pro] + ep_inputs + old_args[n_pro:] + ep_finals
+    unpacks = [prims.unpack_trivial.bind(p, name=p.name, output=p) for p in (*ep_inputs, *ep_finals)]
+    body = list(epilogue.bound_symbols)
+    ep_return = body.pop()
+    # a returned final value is the input itself after the write-back (eager returns the mutated tensor)
+    same = {}
+    for k, out in enumerate(outputs):
+        for w, ep_input in zip(writebacks, ep_inputs):
+            if out is w.final:
+                same[variableify(old_args[n_pro + k])] = ep_input
+    writes = [WRITEBACK.bind(ep_input, ep_final, output=None) for ep_input, ep_final in zip(ep_inputs, ep_finals)]
+    epilogue.bound_symbols = unpacks + body + writes + [ep_return.from_bsym_swap_proxies(same)]
+    epilogue.args = new_args
+    epilogue._siginfo.args = [(p.name, None) for p in new_args]
