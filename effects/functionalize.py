@@ -33,7 +33,9 @@ The walk (one pass, in program order):
   copies the final value into the input after the program (AOTAutograd's epilogue). Inputs that share storage at
   run time (``Program.input_aliases``) need to know *how* they are related: ``input_views`` gives, for each
   non-base member, the view instruction that makes it from another input (``b = aten.t(a)`` for ``f(a, a.t())``;
-  ``aten.alias(a)`` for the same tensor twice). Writing a group without that raises.
+  ``aten.alias(a)`` for the same tensor twice), or from a *synthetic base* it builds first (AOTAutograd's answer
+  when no member contains the others: all members gathered into one tensor, each a view of it). Writing a group
+  without that raises.
 * **Resources** (RNG draws, IO, collectives) are untouched: the functional instructions keep their resource
   effects, so the functional program's own dependency graph orders them as before.
 
@@ -70,7 +72,7 @@ class Functionalized:
 
     ``program`` has the original inputs and returns the functional values of the original returns (in order).
     ``epilogue`` lists ``(input, final value)`` for every input whose storage the original program wrote, in
-    input order; applying it (copying each final value into its input, after the program) leaves the inputs as the
+    input order, then ``(synthetic base, final value)`` for written synthetic bases of ``input_views``; applying it (copying each final value into its input, after the program) leaves the inputs as the
     original program would. ``origin[k]`` names the original instruction emitted instruction ``k`` was derived
     from and how (``"keep"``, ``"functional"``, ``"replay"``, ``"scatter"``, ``"commit"``, ``"clone"``, ``"run"``).
     """
@@ -179,6 +181,8 @@ class _Walk:
         """Roots whose storage an opaque result may alias -> a description of that op (for the error)."""
         self.shared: dict[Value, frozenset[Value]] = {}
         """Roots of inputs that share storage at run time with other roots (no ``input_views`` for them)."""
+        self.synthetic: list[Value] = []
+        """Values ``input_views`` define besides inputs (synthetic bases): roots written back by the caller."""
         self.view_instructions: list[Instruction] = []
         """``input_views`` as placed; view step index ``-1 - k`` is the ``k``-th."""
         self.out: list[Instruction] = []
@@ -435,10 +439,6 @@ def _swap(operand: Operand, value: Value) -> Operand:
     return value
 
 
-def _single(operand: Operand) -> bool:
-    return not isinstance(operand, (Const, tuple))
-
-
 def _values(operand: Operand) -> tuple[Value, ...]:
     if isinstance(operand, Const):
         return ()
@@ -462,9 +462,11 @@ def functionalize(
         program: the program; effects come from ``effects_of``, the instructions' own effects or ``registry``.
         rules: functional forms, view replay and view inverses for the program's ops (e.g.
             :data:`effects.aten_rules.ATEN`).
-        input_views: for inputs that share storage at run time, one view instruction per input that is not its
-            group's base, making it from another input (``Instruction(aten.t.default, ("a",), ("b",))``). Needed
-            only when the program writes such a group.
+        input_views: how inputs that share storage at run time are related, as instructions run before the
+            program, in order: one defining an input makes it a view of its operand 0
+            (``Instruction(aten.t.default, ("a",), ("b",))`` for ``f(a, a.t())``); one defining other values (a
+            synthetic base built from the inputs, an index) is emitted first, and its outputs are roots whose
+            final values join the epilogue. Needed only when the program writes such a group.
         fresh_outputs: ``(instruction, output)`` pairs declared *may*-views that are known to be fresh copies at
             run time (``reshape`` of a non-contiguous tensor); without this, a may-view is treated as a view.
 
@@ -480,7 +482,7 @@ def functionalize(
     _place_inputs(walk, program, tuple(input_views))
     for index, inst in enumerate(program.instructions):
         walk.step(index, inst)
-    epilogue = tuple((v, walk.current(v)) for v in program.inputs
+    epilogue = tuple((v, walk.current(v)) for v in (*program.inputs, *walk.synthetic)
                      if walk.nodes[v].parent is None and walk.root_version[v] > 0)
     returns = tuple(walk.current(v) for v in program.returns)
     result = Program(tuple(walk.out), program.inputs, returns, program.input_aliases)
@@ -488,37 +490,46 @@ def functionalize(
 
 
 def _place_inputs(walk: _Walk, program: Program, input_views: tuple[Instruction, ...]) -> None:
-    """Roots for the inputs; an input described by ``input_views`` becomes a view of the input it is made from
-    (validated: one output that is an input, made from exactly one input placed before it). Groups of
+    """Roots for the inputs, then the ``input_views`` in order: one that defines a program input makes it a view
+    of the value its operand 0 holds (an input, or a value an earlier input view defined); one that defines other
+    values (a synthetic base, an index) is emitted first, reading the arguments as passed, and its outputs are
+    roots. Groups of
     ``program.input_aliases`` left with several roots are recorded: writing one of them raises."""
-    made: dict[Value, Instruction] = {}
+    made = set()
     for view in input_views:
-        if len(view.outputs) != 1 or view.outputs[0] not in program.inputs or view.outputs[0] in made:
+        defined = [v for v in view.outputs if v in program.inputs]
+        if defined and (len(view.outputs) != 1 or defined[0] in made):
             raise FunctionalizationError(
                 f"input view {view} must define exactly one program input, once (inputs: {list(program.inputs)})"
             )
-        made[view.outputs[0]] = view
+        made.update(defined)
     for v in program.inputs:
         if v not in made:
             walk.root(v)
-    pending = list(made.values())
-    while pending:  # views of views: place each once the input it reads is placed
-        ready = [view for view in pending if all(v in walk.nodes for v in _values_of(view))]
-        if not ready:
+    arguments = set(program.inputs)
+    for view in input_views:
+        unknown = [v for v in _values_of(view) if v not in walk.nodes and v not in arguments]
+        if unknown:
             raise FunctionalizationError(
-                f"input views {[str(v) for v in pending]} must each read exactly one input that is a base or "
-                "described by another input view (no cycles)"
+                f"input view {view} reads {unknown[0]!r} before it is defined: input views come in order and read "
+                "inputs and values earlier input views define"
             )
-        for view in ready:
-            pending.remove(view)
-            sources = [k for k, op in enumerate(view.inputs) if _single(op)]
+        walk.view_instructions.append(view)
+        index = -len(walk.view_instructions)
+        if view.outputs and view.outputs[0] in made:
+            sources = _values(view.inputs[0]) if view.inputs else ()
             if len(sources) != 1:
-                raise FunctionalizationError(f"input view {view} must read exactly one tensor (the input it views)")
-            walk.view_instructions.append(view)
-            index = -len(walk.view_instructions)
-            parent = view.inputs[sources[0]]
-            walk.nodes[view.outputs[0]] = _Node(walk.nodes[parent].root, parent, (index, 0, sources[0]),
-                                                view.outputs[0], 0)
+                raise FunctionalizationError(f"input view {view} must view one value, given as its operand 0")
+            parent = walk.canon(sources[0])
+            walk.nodes[view.outputs[0]] = _Node(walk.nodes[parent].root, parent, (index, 0, 0), view.outputs[0],
+                                                walk.root_version[walk.nodes[parent].root])
+            continue
+        # a synthetic value reads the arguments as passed (even those it is about to become the base of)
+        inputs = tuple(op if all(v in arguments for v in _values(op)) else walk.operand(op) for op in view.inputs)
+        walk.emit(walk.rules.keep(index, view, inputs), "keep", index)
+        for value in view.outputs:
+            walk.root(value)
+            walk.synthetic.append(value)
     for group in program.input_aliases:
         roots = frozenset(walk.nodes[v].root for v in group)
         if len(roots) > 1:

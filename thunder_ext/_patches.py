@@ -16,6 +16,8 @@ patched name(s)                                   replacement
 imports in ``torch_compile``, ``nvfuserex_impl``
 ``rematerialization.find_cut``                    :func:`pipeline.find_cut`
 ``TorchCompileExecutor.fuse``                     :func:`pipeline.fuse` (marks what a fusion was compiled from)
+``TorchCompileExecutor.can_fuse``                 :func:`pipeline.can_fuse` (not the backward of auto-registered
+                                                  torch ops: dynamo cannot trace them)
 ``passes._update_fusion_call_ctx``                :func:`pipeline.update_fusion_call_ctx` (recompiles only a
                                                   fusion a pass changed)
 ``Region`` as imported by ``torch_compile``,      :func:`pipeline.region` (the same region in linear time)
@@ -235,6 +237,7 @@ def _build_patches() -> tuple[Patch, ...]:
         find_cut=remat_mod.find_cut,
         Region=executor_utils.Region,
         fuse=torch_compile.TorchCompileExecutor.fuse,
+        can_fuse=torch_compile.TorchCompileExecutor.can_fuse,
         _update_fusion_call_ctx=passes._update_fusion_call_ctx,
     )
     o = pipeline.ORIGINALS
@@ -250,6 +253,7 @@ def _build_patches() -> tuple[Patch, ...]:
         Patch(torch_compile, "rematerialize", o["rematerialize"], pipeline.rematerialize),
         Patch(remat_mod, "find_cut", o["find_cut"], pipeline.find_cut),
         Patch(torch_compile.TorchCompileExecutor, "fuse", o["fuse"], pipeline.fuse),
+        Patch(torch_compile.TorchCompileExecutor, "can_fuse", o["can_fuse"], pipeline.can_fuse),
         Patch(passes, "_update_fusion_call_ctx", o["_update_fusion_call_ctx"], pipeline.update_fusion_call_ctx),
         Patch(torch_compile, "Region", o["Region"], pipeline.region),
         Patch(cudagraph, "Region", o["Region"], pipeline.region),
@@ -280,6 +284,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "find_cut": ("external_producer_outputs", "producer", "consumer"),
     "Region": ("producers", "consumers", "bound_symbols"),
     "fuse": ("self", "region", "fusion_counter"),
+    "can_fuse": ("self", "bsym"),
     "_update_fusion_call_ctx": ("bsym",),
     "transform_trace_post_optimization": ("self", "trace", "kwargs"),
     "call_cuda_graph": ("self", "fn_name", "args"),

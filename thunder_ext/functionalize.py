@@ -86,13 +86,6 @@ def _no_grad_update_grad(old: TensorProxy, new: TensorProxy) -> TensorProxy:
     return out
 
 
-def _register_grad() -> None:
-    from thunder.core.transforms import register_grad
-
-    register_grad(NO_GRAD_UPDATE, _no_grad_update_grad)
-
-
-_register_grad()
 
 
 def _writeback_impl(dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -104,17 +97,60 @@ def _writeback_meta(dst: TensorProxy, src: TensorProxy) -> None:
     return None
 
 
-def _make_writeback() -> Symbol:
-    from .plugin import OperatorExecutor
+def _alias_index_impl(*members: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """For arguments sharing storage: per element of each member, the position (in the members' concatenated
+    elements) of the first element at the same memory location."""
+    offsets = []
+    for m in members:
+        off = torch.full(tuple(m.shape), m.storage_offset(), dtype=torch.int64, device=m.device)
+        for d, (size, stride) in enumerate(zip(m.shape, m.stride())):
+            shape = [1] * m.ndim
+            shape[d] = size
+            off = off + (torch.arange(size, device=m.device) * stride).reshape(shape)
+        offsets.append(off.reshape(-1))
+    flat = torch.cat(offsets)
+    _, group = torch.unique(flat, return_inverse=True)
+    positions = torch.arange(flat.numel(), device=flat.device)
+    first = torch.full((int(group.max()) + 1,), flat.numel(), device=flat.device).scatter_reduce(
+        0, group, positions, "amin")
+    canonical = first[group]
+    out, start = [], 0
+    for m in members:
+        out.append(canonical[start:start + m.numel()].reshape(m.shape))
+        start += m.numel()
+    return tuple(out)
 
-    executor = OperatorExecutor("thunder_ext_writeback")
-    return executor.register_operator("thunder_effects_writeback", meta=_writeback_meta, fn=_writeback_impl,
-                                      effects=Effects(operands=(effects.OperandEffect(0, effects.Access.WRITE),
-                                                                effects.OperandEffect(1, effects.Access.READ))))
+
+def _alias_index_meta(*members: TensorProxy) -> tuple[TensorProxy, ...]:
+    return tuple(TensorProxy(like=m, dtype=thunder.dtypes.int64, requires_grad=False) for m in members)
 
 
-WRITEBACK = _make_writeback()
-"""Epilogue op: ``dst.copy_(src)`` under ``torch.enable_grad()`` (eager's in-place semantics, leaf check included)."""
+def _make_operators() -> tuple[Symbol, Symbol]:
+    from .opaque_torch import executor
+
+    writeback = executor.register_operator(
+        "thunder_effects_writeback", meta=_writeback_meta, fn=_writeback_impl,
+        effects=Effects(operands=(effects.OperandEffect(0, effects.Access.WRITE),
+                                  effects.OperandEffect(1, effects.Access.READ))))
+    alias_index = executor.register_operator("thunder_effects_alias_index", meta=_alias_index_meta,
+                                             fn=_alias_index_impl, effects=effects.PURE)
+    return writeback, alias_index
+
+
+WRITEBACK, ALIAS_INDEX = _make_operators()
+
+
+def _register_grads() -> None:
+    from thunder.core.transforms import register_grad
+
+    register_grad(NO_GRAD_UPDATE, _no_grad_update_grad)
+    register_grad(ALIAS_INDEX, ALIAS_INDEX)  # integer positions: no gradient to give
+
+
+_register_grads()
+"""``WRITEBACK``: the epilogue's ``dst.copy_(src)`` under ``torch.enable_grad()`` (eager's in-place semantics, leaf
+check included). ``ALIAS_INDEX``: for arguments sharing storage, which of their elements are one memory location
+(:func:`_alias_index_impl`), the index of the synthetic base they become views of."""
 
 
 # --- flattening writers --------------------------------------------------------------------------------------
@@ -171,7 +207,19 @@ def _narrow_as_slice(bsym: BoundSymbol) -> list[BoundSymbol]:
     return [prims.slice_prim.bind(a, starts, ends, [1] * a.ndim, output=bsym.output)]
 
 
-_UNDECOMPOSED_VIEWS: dict[Any, Callable[[BoundSymbol], list[BoundSymbol]]] = {"torch.narrow": _narrow_as_slice}
+def _detach_as_alias(bsym: BoundSymbol) -> list[BoundSymbol]:
+    """``detach(a)`` shares ``a``'s storage: for values it is ``shallow_copy``."""
+    a = (*bsym.args, *bsym.kwargs.values())[0]
+    return [prims.shallow_copy.bind(a, output=bsym.output)]
+
+
+DETACH = "torch.detach"
+"""Thunder's id of ``Tensor.detach``: a view autograd does not see through (writes through it are no-grad)."""
+
+_UNDECOMPOSED_VIEWS: dict[Any, Callable[[BoundSymbol], list[BoundSymbol]]] = {
+    "torch.narrow": _narrow_as_slice,
+    DETACH: _detach_as_alias,
+}
 """View symbols Thunder runs without a decomposition, as the view prims they amount to."""
 
 
@@ -258,6 +306,8 @@ class ThunderRules(Rules):
 
     def scatter(self, index: int, inst: Instruction, output: int, base: Value, view: Value,
                 name: Value) -> Sequence[Instruction]:
+        if index < 0:  # an argument as a view of its group's synthetic base: put it back at its positions
+            return [Instruction(Call(_alias_scatter, "alias_scatter"), (base, inst.inputs[1], view), (name,))]
         bsym = self.adapted.bsyms[index]
         parent = next(v for op in inst.inputs for v in effects.program.operand_values(op))
         chain = _view_chain(bsym, str(parent), inst.outputs[output])
@@ -289,6 +339,36 @@ class ThunderRules(Rules):
         return [Instruction(Call(NO_GRAD_UPDATE, "no_grad_update"), (before, after), (name,))]
 
 
+def _alias_gather(base: TensorProxy, index: TensorProxy) -> TensorProxy:
+    return ltorch.reshape(ltorch.index_select(base, 0, ltorch.reshape(index, (-1,))), tuple(index.shape))
+
+
+def _alias_scatter(base: TensorProxy, index: TensorProxy, new: TensorProxy) -> TensorProxy:
+    return ltorch.index_copy(base, 0, ltorch.reshape(index, (-1,)), ltorch.reshape(new, (-1,)))
+
+
+def _alias_base(*members: TensorProxy) -> TensorProxy:
+    return ltorch.cat([ltorch.reshape(m, (-1,)) for m in members])
+
+
+def _synthetic_bases(groups: Sequence[frozenset[str]], inputs: Sequence[str]) -> tuple[list[Instruction], dict]:
+    """``input_views`` making every group of arguments that share storage views of one synthetic base (their
+    elements concatenated; each argument gathers its elements at the positions of their memory locations' first
+    occurrence, so a write through one is seen through the others), and per base name its members and index
+    names."""
+    views: list[Instruction] = []
+    bases: dict[str, list[tuple[str, str]]] = {}
+    for k, group in enumerate(groups):
+        members = [v for v in inputs if v in group]
+        base, indices = f"__alias_base{k}", [f"__alias_index{k}_{j}" for j in range(len(members))]
+        views.append(Instruction(Call(ALIAS_INDEX, "alias_index"), tuple(members), tuple(indices)))
+        views.append(Instruction(Call(_alias_base, "alias_base"), tuple(members), (base,)))
+        views += [Instruction(Call(_alias_gather, "alias_gather"), (base, index), (m,))
+                  for m, index in zip(members, indices)]
+        bases[base] = list(zip(members, indices))
+    return views, bases
+
+
 def _replay_prim(leaf: BoundSymbol, source: TensorProxy) -> TensorProxy:
     return leaf.sym(source, *leaf.args[1:], **leaf.kwargs)
 
@@ -299,7 +379,7 @@ def _swap_map(old: Iterable[Any], new: Iterable[Any], env: Mapping[str, Any],
     swap = {}
     for a, b in zip(old, new):
         for x, y in zip(effects.program.operand_values(a), effects.program.operand_values(b)):
-            if x != y:
+            if env[y] is not proxies[x]:
                 swap[variableify(proxies[x])] = env[y]
     return swap
 
@@ -341,18 +421,27 @@ def _trace_proxies(trace: TraceCtx) -> dict[str, Proxy]:
     return found
 
 
-def _grad_modes(bsyms: Sequence[BoundSymbol], start: bool) -> list[bool]:
-    """The grad mode each bound symbol runs under (``set_grad_enabled`` bound symbols switch it; ``copy_``
-    records its own)."""
+def _grad_modes(adapted: AdaptedTrace, start: bool) -> list[bool]:
+    """Whether autograd records each instruction's write: the grad mode it runs under (``set_grad_enabled``
+    switches it; ``copy_`` records its own), and never for a write into a ``detach``-ed tensor or a view of one."""
     modes = []
     mode = start
-    for bsym in bsyms:
+    detached: set[str] = set()
+    for bsym, inst in zip(adapted.bsyms, adapted.program.instructions):
         if bsym.sym.id == "set_grad_enabled":
             mode = bool(bsym.args[0])
         if bsym.sym.id is PrimIDs.COPY_ and "grad_enabled" in bsym.kwargs:
-            modes.append(bool(bsym.kwargs["grad_enabled"]))
+            written = set(effects.program.operand_values(inst.inputs[1]))
+            modes.append(bool(bsym.kwargs["grad_enabled"]) and not written & detached)
         else:
             modes.append(mode)
+        if bsym.sym.id == DETACH:
+            detached.update(inst.outputs)
+        eff = inst.effects
+        if eff is not None and not eff.opaque:
+            for alias in eff.aliases:
+                if not alias.of_output and set(effects.program.operand_values(inst.inputs[alias.operand])) & detached:
+                    detached.add(inst.outputs[alias.output])
     return modes
 
 
@@ -361,8 +450,10 @@ def functionalize_for_grad(trace: TraceCtx, *, grad_enabled: bool,
     """The computation ``trace`` without writes (see the module docstring) and the write-backs of its inputs.
 
     Data write-backs are already in the returned trace (``prims.copy_`` before the return); autograd write-backs
-    are listed for the caller, whose epilogue must perform them (:func:`thunder_ext.functionalize` does it in
-    :func:`apply_writebacks`). The trace is returned unchanged (and no write-backs) when it writes nothing.
+    are listed for the caller, whose epilogue must perform them (:func:`after_acquire` threads them). An argument
+    with an autograd write-back is read through a clone: the backward may save what the program read, and the
+    write-back changes the argument in place. The trace is returned unchanged (and no write-backs) when it writes
+    nothing.
 
     Raises:
         FunctionalizationError: a write with no value semantics (see :func:`effects.functionalize`).
@@ -373,56 +464,98 @@ def functionalize_for_grad(trace: TraceCtx, *, grad_enabled: bool,
     flat_args, _ = tree_flatten((trace.args, trace.kwargs))
     adapted = adapt_bsyms(bsyms, args=flat_args, input_aliases=input_aliases)
     proxies = _trace_proxies(trace)
-    modes = _grad_modes(adapted.bsyms, grad_enabled)
-    rules = ThunderRules(adapted, modes, proxies)
-    result = functionalize(adapted.program, rules)
+    modes = _grad_modes(adapted, grad_enabled)
+    views, bases = _synthetic_bases(adapted.program.input_aliases, adapted.program.inputs)
+    result = functionalize(adapted.program, ThunderRules(adapted, modes, proxies), input_views=views)
+    build = _Build(trace, adapted, result, proxies, bases, _written_under_grad(adapted, modes), flat_args)
+    new, writebacks = build(frozenset())
+    rebased = frozenset(w.input.name for w in writebacks if w.autograd)
+    if rebased:
+        new, writebacks = build(rebased)
+    return new, writebacks
 
-    new = from_trace(trace)
-    new.bound_symbols = list(adapted.prefix)
-    env: dict[str, Any] = {name: p for name, p in proxies.items() if name in adapted.program.inputs}
-    insts = adapted.program.instructions
-    for inst, (kind, index) in zip(result.program.instructions, result.origin):
-        if isinstance(inst.op, Call):
-            new.push_scope([])
-            with tracectx(new):
-                out = inst.op.fn(*(_resolve(o, env) for o in inst.inputs))
-            new.bound_symbols += new.pop_scope()
-            outs = [out] if isinstance(out, Proxy) else list(out)
-            env.update(zip(inst.outputs, outs))
-            continue
-        bsym = adapted.bsyms[index]
-        swap = _swap_map(insts[index].inputs, inst.inputs, env, proxies)
-        if kind in ("keep", "run"):
-            new.bound_symbols.append(bsym.from_bsym_swap_proxies(swap, skip_output=True))
-            env.update((name, proxies[name]) for name in inst.outputs if name in proxies)
-            continue
-        assert kind == "replay", kind
-        args, kwargs = tree_map(lambda x: swap.get(variableify(x), x) if isinstance(x, Proxy) else x,
-                                (bsym.args, bsym.kwargs))
-        new.push_scope([])
-        with tracectx(new):
-            out = bsym.sym(*args, **kwargs)
-        new.bound_symbols += new.pop_scope()
-        outs, _ = tree_flatten(out)
-        env.update(zip(inst.outputs, [o for o in outs if isinstance(o, Proxy)]))
 
-    writebacks = []
-    position = {p.name: k for k, p in enumerate(flat_args) if isinstance(p, Proxy)}
-    written_under_grad = _written_under_grad(adapted, modes)
-    for name, final in result.epilogue:
-        inp, value = proxies[name], env[final]
-        autograd = name in written_under_grad and (inp.requires_grad or value.requires_grad)
-        writebacks.append(Writeback(position[name], inp, value, autograd))
-        if not autograd:
-            with tracectx(new):
-                prims.copy_(value, inp, grad_enabled=False)
-    returns = {}
-    for old, new_name in zip(adapted.program.returns, result.program.returns):
-        returns[variableify(proxies[old])] = env[new_name]
-    assert adapted.return_bsym is not None
-    new.bound_symbols.append(adapted.return_bsym.from_bsym_swap_proxies(returns))
-    new.set_provenance(TraceProvenance("Effect functionalization for autograd (thunder-effects)"))
-    return new, tuple(writebacks)
+@dataclass(frozen=True, slots=True)
+class _Build:
+    """Materializes a functional program as a Thunder trace, with its input write-backs."""
+
+    trace: TraceCtx
+    adapted: AdaptedTrace
+    result: effects.Functionalized
+    proxies: Mapping[str, Proxy]
+    bases: Mapping[str, list[tuple[str, str]]]
+    written_under_grad: set[str]
+    flat_args: Sequence[Any]
+
+    def __call__(self, cloned: frozenset[str]) -> tuple[TraceCtx, tuple[Writeback, ...]]:
+        """The trace, reading the arguments in ``cloned`` through clones, and its write-backs."""
+        adapted, proxies = self.adapted, self.proxies
+        new = from_trace(self.trace)
+        new.bound_symbols = list(adapted.prefix)
+        env: dict[str, Any] = {name: p for name, p in proxies.items() if name in adapted.program.inputs}
+        for name in sorted(cloned):
+            env[name] = self.call(new, ltorch.clone, proxies[name])
+        insts = adapted.program.instructions
+        for inst, (kind, index) in zip(self.result.program.instructions, self.result.origin):
+            if isinstance(inst.op, Call):
+                out = self.call(new, inst.op.fn, *(_resolve(o, env) for o in inst.inputs))
+                env.update(zip(inst.outputs, [out] if isinstance(out, Proxy) else list(out)))
+                continue
+            bsym = adapted.bsyms[index]
+            swap = _swap_map(insts[index].inputs, inst.inputs, env, proxies)
+            if kind in ("keep", "run"):
+                new.bound_symbols.append(bsym.from_bsym_swap_proxies(swap, skip_output=True))
+                env.update((name, proxies[name]) for name in inst.outputs if name in proxies)
+                continue
+            assert kind == "replay", kind
+            args, kwargs = tree_map(lambda x: swap.get(variableify(x), x) if isinstance(x, Proxy) else x,
+                                    (bsym.args, bsym.kwargs))
+            outs, _ = tree_flatten(self.call(new, bsym.sym, *args, **kwargs))
+            env.update(zip(inst.outputs, [o for o in outs if isinstance(o, Proxy)]))
+        writebacks = self.write_back(new, env)
+        returns = {variableify(proxies[old]): env[name]
+                   for old, name in zip(adapted.program.returns, self.result.program.returns)}
+        assert adapted.return_bsym is not None
+        new.bound_symbols.append(adapted.return_bsym.from_bsym_swap_proxies(returns))
+        new.set_provenance(TraceProvenance("Effect functionalization for autograd (thunder-effects)"))
+        return new, writebacks
+
+    @staticmethod
+    def call(trace: TraceCtx, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` recorded at the end of ``trace``."""
+        trace.push_scope([])
+        with tracectx(trace):
+            out = fn(*args, **kwargs)
+        trace.bound_symbols += trace.pop_scope()
+        return out
+
+    def write_back(self, new: TraceCtx, env: Mapping[str, Any]) -> tuple[Writeback, ...]:
+        """Every written argument's final value (a synthetic base's, per member); data write-backs as
+        ``prims.copy_`` at the end of ``new``."""
+        finals = []
+        for name, final in self.result.epilogue:
+            if name not in self.bases:
+                finals.append((name, env[final]))
+                continue
+            for member, index in self.bases[name]:  # each argument of the group takes its elements
+                value = self.call(new, _alias_gather, env[final], env[index])
+                if member in self.written_under_grad and (self.proxies[member].requires_grad or value.requires_grad):
+                    others = [m for m, _ in self.bases[name] if m != member]
+                    raise FunctionalizationError(
+                        f"argument {member!r} shares storage with {others} and is written under grad mode with a "
+                        "value that requires grad: thunder_ext cannot give it eager's autograd history. Pass a "
+                        "clone of one of the arguments."
+                    )
+                finals.append((member, value))
+        position = {p.name: k for k, p in enumerate(self.flat_args) if isinstance(p, Proxy)}
+        writebacks = []
+        for name, value in finals:
+            inp = self.proxies[name]
+            autograd = name in self.written_under_grad and (inp.requires_grad or value.requires_grad)
+            writebacks.append(Writeback(position[name], inp, value, autograd))
+            if not autograd:
+                self.call(new, prims.copy_, value, inp, grad_enabled=False)
+        return tuple(writebacks)
 
 
 def _written_under_grad(adapted: AdaptedTrace, modes: Sequence[bool]) -> set[str]:

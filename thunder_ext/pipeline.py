@@ -556,6 +556,24 @@ class _Fused:
                 and self.members == tuple(map(id, subs)))
 
 
+def _torch_autograd_fallbacks() -> frozenset[Any]:
+    """Ids of the backward symbols of the torch ops Thunder auto-registers (``detach_vjp``, ``narrow_vjp``, ...):
+    they differentiate by calling ``torch.autograd`` at run time."""
+    from thunder.core.symbol import Symbol
+    from thunder.core.transforms import backward_impls
+
+    return frozenset(v.id for v in backward_impls.values() if isinstance(v, Symbol) and v.name.endswith("_vjp"))
+
+
+def can_fuse(self: Any, bsym: BoundSymbol) -> bool:
+    """Stand-in for ``TorchCompileExecutor.can_fuse``: never hands torch.compile the backward of an auto-registered
+    torch op — it runs ``torch.autograd`` on a Python pytree that dynamo cannot trace (optree's ``DictMetaData``),
+    so every training step using such an op (``detach``, ``narrow``, ``clamp_min``...) failed to compile."""
+    if active() and bsym.sym.id in _torch_autograd_fallbacks():
+        return False
+    return bool(ORIGINALS["can_fuse"](self, bsym))
+
+
 def fuse(self: Any, region: Any, fusion_counter: int) -> BoundSymbol:
     """Stand-in for ``TorchCompileExecutor.fuse``: the same fusion, marked with what it was compiled from."""
     fused = ORIGINALS["fuse"](self, region, fusion_counter)

@@ -297,6 +297,31 @@ def dropout_p0(x, w):
     return (y * y).sum()
 
 
+def aliased_update(a, b, w):
+    a.add_(w.detach().sum(0))  # writes storage that b shares
+    return (b * w).sum()
+
+
+def _aliased(view: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], tuple[Any, tuple[Any, ...]]]:
+    def make() -> tuple[Any, tuple[Any, ...]]:
+        torch.manual_seed(0)
+        x = torch.randn(3, 3)
+        return aliased_update, (x, view(x), _g(3, 3))
+
+    return make
+
+
+def aliased_slices(a, b, w):
+    b.mul_(w[0, :].detach())  # b = x[1:], a = x[:2]: they share row 1
+    return (a * w[:2]).sum() + b.sum()
+
+
+def _aliased_slices() -> tuple[Any, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    x = torch.randn(3, 3)
+    return aliased_slices, (x[:2], x[1:], _g(3, 3))
+
+
 def _mlp_inplace() -> nn.Module:
     return nn.Sequential(nn.Linear(3, 8), nn.ReLU(inplace=True), nn.Linear(8, 8), nn.LeakyReLU(0.1, inplace=True),
                          nn.Linear(8, 2))
@@ -403,6 +428,10 @@ CASES: tuple[Case, ...] = (
     Case("kv_cache", _fn(kv_cache, lambda: _g(2, 3), lambda: _g(2, 3), lambda: torch.zeros(4, 3)), calls=1),
     Case("mutate_then_return_input", _fn(mutate_then_return_input, X, W, lambda: torch.ones(3))),
     Case("dropout_p0", _fn(dropout_p0, X, W)),
+    Case("aliased_same_tensor", _aliased(lambda x: x)),
+    Case("aliased_transpose", _aliased(lambda x: x.t())),
+    Case("aliased_flat_view", _aliased(lambda x: x.view(9)[:9].view(3, 3))),
+    Case("aliased_partial_slices", _aliased_slices),
     Case("mlp_inplace_activations", _module(_mlp_inplace, lambda: torch.randn(4, 3))),
     Case("hardtanh_elu_inplace", _module(_hardtanh_inplace, lambda: torch.randn(4, 3))),
     Case("residual_inplace_add", _module(_Residual, lambda: torch.randn(4, 3))),

@@ -1,0 +1,203 @@
+"""Training through thunder_ext.jit: effect functionalization before the autograd split (thunder_ext.functionalize).
+
+The gradient matrix (``grad_cases.CASES``: in-place ops on intermediates, chains, views and slices of
+intermediates, in-place activations in modules, BatchNorm in training, index/scatter/masked writes, mutated inputs
+that do not require grad, no-grad updates, returned views, aliased arguments) runs eagerly and through
+``thunder_ext.jit`` twice (first call and cache hit): outputs, inputs after the call, every ``.grad`` and every
+buffer must match. The torch executor runs the whole matrix; torch.compile (both fusion types) a representative
+subset, and the whole matrix under ``-m slow`` (CI).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("thunder")
+
+import torch  # noqa: E402
+
+import thunder  # noqa: E402
+import thunder_ext  # noqa: E402
+from effects import FunctionalizationError  # noqa: E402
+
+from grad_cases import CASES, Case, mismatches  # noqa: E402
+
+BY_NAME = {case.name: case for case in CASES}
+TORCHCOMPILE_SUBSET = ("relu_on_matmul", "slice_write", "transpose_write", "setitem_tensor", "index_copy",
+                       "no_grad_param_update", "buffer_no_grad_value", "conv_batchnorm_train",
+                       "mlp_inplace_activations", "aliased_transpose", "returned_view", "module_buffers_counter_ema")
+
+
+def _jit(**kwargs):
+    return lambda fn: thunder_ext.jit(fn, **kwargs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_gradient_matrix_torch_executor(case: Case):
+    assert mismatches(case, _jit(executors=["torch"])) == []
+
+
+@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+@pytest.mark.parametrize("name", TORCHCOMPILE_SUBSET)
+def test_gradient_matrix_torchcompile_subset(name: str, fusion_type: str):
+    assert mismatches(BY_NAME[name], _jit(executors=["torchcompile"], fusion_type=fusion_type)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+@pytest.mark.parametrize("case", [c for c in CASES if c.name not in TORCHCOMPILE_SUBSET], ids=lambda c: c.name)
+def test_gradient_matrix_torchcompile_all(case: Case, fusion_type: str):
+    assert mismatches(case, _jit(executors=["torchcompile"], fusion_type=fusion_type)) == []
+
+
+@pytest.mark.parametrize("name", ["relu_on_matmul", "slice_write", "no_grad_param_update", "conv_batchnorm_train"])
+def test_gradient_matrix_default_executors_with_install(name: str):
+    thunder_ext.install()
+    try:
+        assert mismatches(BY_NAME[name], thunder.jit) == []
+    finally:
+        thunder_ext.uninstall()
+
+
+def test_issue_example_relu_after_matmul():
+    def step(a, w):
+        h = a @ w
+        h.relu_()
+        return h.sum()
+
+    a, w = torch.randn(4, 5, requires_grad=True), torch.randn(5, 3, requires_grad=True)
+    step(a, w).backward()
+    expected = a.grad.clone(), w.grad.clone()
+    a.grad = w.grad = None
+    thunder_ext.jit(step, verify=True)(a, w).backward()
+    torch.testing.assert_close((a.grad, w.grad), expected)
+
+
+def test_functionalized_trace_has_no_writes_before_the_split():
+    def step(x, w):
+        y = x * w
+        y[1:].mul_(2)
+        y.relu_()
+        return y.sum()
+
+    jfn = thunder_ext.jit(step, executors=["torch"])
+    jfn(torch.randn(3, 2), torch.randn(3, 2, requires_grad=True))
+    first = thunder.last_traces(jfn)[0]
+    assert "functionalization" in str(first.get_provenance())
+    names = [b.sym.name for b in first.bound_symbols]
+    assert "copy_" not in names and not any(n.endswith("_") and n != "__getitem__" for n in names)
+
+
+def test_leaf_that_requires_grad_written_under_grad_mode_raises_like_eager():
+    def f(x):
+        x.add_(1)
+        return x * 3
+
+    x = torch.ones(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+        f(x)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+        thunder_ext.jit(f, executors=["torch"])(x)
+    torch.testing.assert_close(x, torch.ones(3))  # unchanged, as in eager
+
+
+def test_write_through_detach_is_not_seen_by_autograd():
+    def f(x):
+        x.detach().add_(1)
+        return x * 3
+
+    x, y = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+    expected = f(x)
+    expected.sum().backward()
+    got = thunder_ext.jit(f, executors=["torch"])(y)
+    got.sum().backward()
+    torch.testing.assert_close((got, y, y.grad), (expected, x, x.grad))
+
+
+def test_non_leaf_argument_written_under_grad_mode_gets_eager_history():
+    """eager moves the argument's autograd history onto the in-place op: later uses differentiate through it"""
+
+    def f(x, w):
+        x.mul_(w)
+        return x.sum()
+
+    def run(fn):
+        a = torch.linspace(-1, 1, 6, requires_grad=True)
+        w = torch.full((6,), 3.0, requires_grad=True)
+        x = a * 2
+        out = fn(x, w)
+        (out + (x * x).sum()).backward()  # x used again after the call: its new history must be the in-place op
+        return out, x.detach(), a.grad, w.grad
+
+    torch.testing.assert_close(run(thunder_ext.jit(f, executors=["torch"])), run(f))
+
+
+def test_returned_mutated_argument_is_the_argument_itself():
+    def f(x, w):
+        x.mul_(w)
+        return x
+
+    a = torch.randn(4, requires_grad=True)
+    x = a * 1
+    out = thunder_ext.jit(f, executors=["torch"])(x, torch.randn(4, requires_grad=True))
+    assert out is x
+
+
+def test_saved_then_mutated_gives_the_mathematically_correct_gradient():
+    """eager raises 'modified by an inplace operation'; the functional program saves the value it read"""
+
+    def f(x, w):
+        y = x * w
+        z = y * y  # saves y
+        y.add_(1)
+        return z.sum() + y.sum()
+
+    def reference(x, w):
+        y = x * w
+        z = y * y
+        return z.sum() + (y + 1).sum()
+
+    x, w = torch.randn(4), torch.randn(4, requires_grad=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        f(x, w).backward()
+    w.grad = None
+    reference(x, w).backward()
+    expected, w.grad = w.grad, None
+    thunder_ext.jit(f, executors=["torch"])(x, w).backward()
+    torch.testing.assert_close(w.grad, expected)
+
+
+@pytest.mark.parametrize("name", ["relu_on_matmul", "slice_write", "setitem_tensor", "transpose_write",
+                                  "chain", "index_copy", "aliased_transpose"])
+def test_gradcheck_float64(name: str):
+    fn, args = BY_NAME[name].make()
+    args = tuple(a.detach().double().requires_grad_(a.requires_grad) if a.is_floating_point() else a for a in args)
+    jfn = thunder_ext.jit(fn, executors=["torch"])
+    differentiable = [k for k, a in enumerate(args) if a.requires_grad]
+
+    def wrt(*chosen):
+        full = list(args)
+        for k, value in zip(differentiable, chosen):
+            full[k] = value
+        return jfn(*full)
+
+    assert torch.autograd.gradcheck(wrt, tuple(args[k] for k in differentiable))
+
+
+def test_skip_inplace_alias_updates_false_is_no_longer_a_correctness_switch():
+    fn, args = BY_NAME["slice_write"].make()
+    for skip in (True, False):
+        assert mismatches(BY_NAME["slice_write"], _jit(executors=["torch"], skip_inplace_alias_updates=skip)) == []
+
+
+def test_write_through_an_expanded_view_raises_like_eager():
+    def f(x, w):
+        y = (x * w)[0:1].expand(3, 2)
+        y.add_(1)
+        return y.sum()
+
+    x, w = torch.randn(3, 2), torch.randn(3, 2, requires_grad=True)
+    with pytest.raises(RuntimeError):
+        f(x, w)
+    with pytest.raises((RuntimeError, FunctionalizationError)):
+        thunder_ext.jit(f, executors=["torch"])(x, w)
