@@ -374,8 +374,7 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
         _calls.holds += 1
     results = _ORIG_GENERAL_JIT(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
     if pipeline.active():
-        results = functionalize.after_acquire(results, pipeline.input_aliases_from_cache_info(
-            results.computation_trace))
+        results = functionalize.after_acquire(results, args, kwargs)
     return results
 
 

@@ -55,7 +55,7 @@ from effects.functionalize import Rules, Value, functionalize
 import thunder
 from thunder.core import prims
 from thunder.core.prims import PrimIDs
-from thunder.core.proxies import Proxy, TensorProxy, variableify
+from thunder.core.proxies import Proxy, ProxyTag, TensorProxy, variableify
 from thunder.core.pytree import tree_flatten, tree_map
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
@@ -178,6 +178,8 @@ class Call:
 
     fn: Callable[..., Any]
     label: str
+    raw: bool = False
+    """Reads the arguments as passed, never a clone made for an autograd write-back (their memory layout)."""
 
     def __str__(self) -> str:
         return self.label
@@ -361,7 +363,7 @@ def _synthetic_bases(groups: Sequence[frozenset[str]], inputs: Sequence[str]) ->
     for k, group in enumerate(groups):
         members = [v for v in inputs if v in group]
         base, indices = f"__alias_base{k}", [f"__alias_index{k}_{j}" for j in range(len(members))]
-        views.append(Instruction(Call(ALIAS_INDEX, "alias_index"), tuple(members), tuple(indices)))
+        views.append(Instruction(Call(ALIAS_INDEX, "alias_index", raw=True), tuple(members), tuple(indices)))
         views.append(Instruction(Call(_alias_base, "alias_base"), tuple(members), (base,)))
         views += [Instruction(Call(_alias_gather, "alias_gather"), (base, index), (m,))
                   for m, index in zip(members, indices)]
@@ -498,7 +500,7 @@ class _Build:
         insts = adapted.program.instructions
         for inst, (kind, index) in zip(self.result.program.instructions, self.result.origin):
             if isinstance(inst.op, Call):
-                out = self.call(new, inst.op.fn, *(_resolve(o, env) for o in inst.inputs))
+                out = self.call(new, inst.op.fn, *(_resolve(o, proxies if inst.op.raw else env) for o in inst.inputs))
                 env.update(zip(inst.outputs, [out] if isinstance(out, Proxy) else list(out)))
                 continue
             bsym = adapted.bsyms[index]
@@ -512,7 +514,7 @@ class _Build:
                                     (bsym.args, bsym.kwargs))
             outs, _ = tree_flatten(self.call(new, bsym.sym, *args, **kwargs))
             env.update(zip(inst.outputs, [o for o in outs if isinstance(o, Proxy)]))
-        writebacks = self.write_back(new, env)
+        writebacks = self.write_back(new, env, _requiring_grad(new.bound_symbols, self.flat_args))
         returns = {variableify(proxies[old]): env[name]
                    for old, name in zip(adapted.program.returns, self.result.program.returns)}
         assert adapted.return_bsym is not None
@@ -529,33 +531,45 @@ class _Build:
         trace.bound_symbols += trace.pop_scope()
         return out
 
-    def write_back(self, new: TraceCtx, env: Mapping[str, Any]) -> tuple[Writeback, ...]:
+    def write_back(self, new: TraceCtx, env: Mapping[str, Any], grad: set[str]) -> tuple[Writeback, ...]:
         """Every written argument's final value (a synthetic base's, per member); data write-backs as
-        ``prims.copy_`` at the end of ``new``."""
+        ``prims.copy_`` at the end of ``new``. ``grad``: the names of the values that require grad."""
         finals = []
         for name, final in self.result.epilogue:
             if name not in self.bases:
                 finals.append((name, env[final]))
                 continue
             for member, index in self.bases[name]:  # each argument of the group takes its elements
-                value = self.call(new, _alias_gather, env[final], env[index])
-                if member in self.written_under_grad and (self.proxies[member].requires_grad or value.requires_grad):
-                    others = [m for m, _ in self.bases[name] if m != member]
-                    raise FunctionalizationError(
-                        f"argument {member!r} shares storage with {others} and is written under grad mode with a "
-                        "value that requires grad: thunder_ext cannot give it eager's autograd history. Pass a "
-                        "clone of one of the arguments."
-                    )
-                finals.append((member, value))
+                finals.append((member, self.call(new, _alias_gather, env[final], env[index])))
         position = {p.name: k for k, p in enumerate(self.flat_args) if isinstance(p, Proxy)}
         writebacks = []
         for name, value in finals:
             inp = self.proxies[name]
-            autograd = name in self.written_under_grad and (inp.requires_grad or value.requires_grad)
+            autograd = name in self.written_under_grad and (inp.requires_grad or value.name in grad)
             writebacks.append(Writeback(position[name], inp, value, autograd))
             if not autograd:
                 self.call(new, prims.copy_, value, inp, grad_enabled=False)
         return tuple(writebacks)
+
+
+def _requiring_grad(bsyms: Sequence[BoundSymbol], args: Sequence[Any]) -> set[str]:
+    """Names of the values that require grad: floating results of anything reading one, from the arguments that
+    require grad on — except what autograd does not record (outputs traced under ``no_grad``, ``detach``) and
+    :data:`NO_GRAD_UPDATE`, which requires grad exactly when the value it updates does. (Thunder's proxies do not
+    carry this for intermediates.)"""
+    grad = {a.name for a in args if isinstance(a, TensorProxy) and a.requires_grad}
+    for bsym in bsyms:
+        if bsym.sym is NO_GRAD_UPDATE:
+            reads = {bsym.args[0].name} if isinstance(bsym.args[0], Proxy) else set()
+        elif bsym.sym.id == DETACH:
+            continue
+        else:
+            reads = {p.name for p in bsym.flat_proxy_args}
+        if reads & grad:
+            grad.update(o.name for o in bsym.flat_proxy_outs
+                        if isinstance(o, TensorProxy) and thunder.dtypes.is_inexact_dtype(o.dtype)
+                        and ProxyTag.DETACHED_AUTOGRAD_GRAPH not in o.tags)
+    return grad
 
 
 def _written_under_grad(adapted: AdaptedTrace, modes: Sequence[bool]) -> set[str]:
@@ -578,10 +592,51 @@ def _written_under_grad(adapted: AdaptedTrace, modes: Sequence[bool]) -> set[str
 
 
 # --- wiring: right after Thunder acquired the traces ---------------------------------------------------------
-def after_acquire(results: Any, input_aliases: Iterable[Iterable[str]]) -> Any:
+def _leaf_paths(value: Any, path: tuple[Any, ...] = ()) -> Iterable[tuple[tuple[Any, ...], Any]]:
+    """``(path, leaf)`` in the order of Thunder's pytree flattening (sequences in order, dicts by sorted key)."""
+    if isinstance(value, (tuple, list)):
+        for k, v in enumerate(value):
+            yield from _leaf_paths(v, (*path, k))
+    elif isinstance(value, dict):
+        for k in sorted(value):
+            yield from _leaf_paths(value[k], (*path, k))
+    else:
+        yield path, value
+
+
+def argument_alias_groups(prologue: TraceCtx, computation: TraceCtx, args: Sequence[Any],
+                          kwargs: Mapping[str, Any]) -> tuple[frozenset[str], ...]:
+    """The computation's arguments that share storage in this call, by name — the grouping of Thunder's
+    ``alias_tensor_indices`` (part of the cache key), placed exactly: each computation argument is traced back
+    through the prologue's ``unpack_getitem`` chain to its place in the call's ``(args, kwargs)``."""
+    paths: dict[str, tuple[Any, ...]] = {}
+    for bsym in prologue.bound_symbols:
+        if bsym.sym.id is PrimIDs.UNPACK_TRIVIAL and bsym.output is not None:
+            name = getattr(bsym.output, "name", None)
+            if name in ("args", "kwargs"):
+                paths[name] = (0 if name == "args" else 1,)
+        elif bsym.sym.id is PrimIDs.UNPACK_GETITEM:
+            container, key = bsym.args[0], bsym.args[1]
+            if getattr(container, "name", None) in paths and isinstance(bsym.output, Proxy):
+                paths[bsym.output.name] = (*paths[container.name], key)
+    storage: dict[tuple[Any, ...], int] = {}
+    for path, leaf in _leaf_paths((tuple(args), dict(kwargs))):
+        if type(leaf) is torch.Tensor and leaf.layout is torch.strided:
+            storage[path] = leaf.untyped_storage().data_ptr()
+    pro_to_comp = prologue.bound_symbols[-1].args[0][0]
+    groups: dict[int, set[str]] = {}
+    for comp_arg, pro_arg in zip(computation.args, pro_to_comp):
+        ptr = storage.get(paths.get(getattr(pro_arg, "name", None), ()))
+        if ptr is not None and isinstance(comp_arg, Proxy):
+            groups.setdefault(ptr, set()).add(comp_arg.name)
+    return tuple(frozenset(g) for g in groups.values() if len(g) > 1)
+
+
+def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """Functionalize ``results.computation_trace`` (Thunder's ``TraceResults``) when the compilation will be
     differentiated, and thread its autograd write-backs through the prologue and the epilogue (see the module
-    docstring). Returns ``results`` (modified in place)."""
+    docstring). ``args``/``kwargs`` are the call being compiled (for which arguments share storage). Returns
+    ``results`` (modified in place)."""
     from thunder.core.compile_data import get_compile_data
 
     cd = get_compile_data()
@@ -590,6 +645,7 @@ def after_acquire(results: Any, input_aliases: Iterable[Iterable[str]]) -> Any:
         return results
     if not any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args):
         return results
+    input_aliases = argument_alias_groups(results.prologue_trace, computation, args, kwargs)
     new, writebacks = functionalize_for_grad(computation, grad_enabled=bool(cd.is_grad_enabled),
                                              input_aliases=input_aliases)
     results.computation_trace = new
@@ -601,16 +657,19 @@ def after_acquire(results: Any, input_aliases: Iterable[Iterable[str]]) -> Any:
 
 def _thread_writebacks(results: Any, writebacks: Sequence[Writeback]) -> None:
     """Pass each written input from the prologue to the epilogue and its final value from the computation to the
-    epilogue, and write it there with :data:`WRITEBACK`; a returned final value becomes the input itself."""
+    epilogue (once: an output proxy appears once among the outputs, or the backward would see only one of its
+    cotangents), and write it there with :data:`WRITEBACK`; a returned final value becomes the input itself."""
     computation, prologue, epilogue = results.computation_trace, results.prologue_trace, results.epilogue_trace
-    comp_return = computation.bound_symbols[-1]
-    outputs = tuple(comp_return.args[0])
-    finals = tuple(w.final for w in writebacks)
-    with tracectx(computation):
-        computation.bound_symbols[-1] = prims.python_return.bind(outputs + finals, output=None)
+    outputs = tuple(computation.bound_symbols[-1].args[0])
+    position = {id(out): k for k, out in reversed(list(enumerate(outputs)))}
+    extra = []
+    for w in writebacks:
+        if id(w.final) not in position:
+            position[id(w.final)] = len(outputs) + len(extra)
+            extra.append(w.final)
+    computation.bound_symbols[-1] = prims.python_return.bind(outputs + tuple(extra), output=None)
 
-    pro_return = prologue.bound_symbols[-1]
-    pro_to_comp, pro_to_epi = pro_return.args[0]
+    pro_to_comp, pro_to_epi = prologue.bound_symbols[-1].args[0]
     inputs = tuple(pro_to_comp[w.position] for w in writebacks)
     prologue.bound_symbols[-1] = prims.python_return.bind((pro_to_comp, tuple(pro_to_epi) + inputs), output=None)
 
@@ -618,18 +677,16 @@ def _thread_writebacks(results: Any, writebacks: Sequence[Writeback]) -> None:
     old_args = list(epilogue.args)
     with tracectx(epilogue):
         ep_inputs = [TensorProxy(like=w.input, requires_grad=w.input.requires_grad) for w in writebacks]
-        ep_finals = [TensorProxy(like=w.final, requires_grad=w.final.requires_grad) for w in writebacks]
-    new_args = old_args[:n_pro] + ep_inputs + old_args[n_pro:] + ep_finals
-    unpacks = [prims.unpack_trivial.bind(p, name=p.name, output=p) for p in (*ep_inputs, *ep_finals)]
+        ep_extra = [TensorProxy(like=f, requires_grad=f.requires_grad) for f in extra]
+    comp_params = old_args[n_pro:] + ep_extra  # the epilogue's parameters for the computation's outputs
+    new_args = old_args[:n_pro] + ep_inputs + comp_params
+    unpacks = [prims.unpack_trivial.bind(p, name=p.name, output=p) for p in (*ep_inputs, *ep_extra)]
     body = list(epilogue.bound_symbols)
     ep_return = body.pop()
+    writes = [WRITEBACK.bind(ep_input, comp_params[position[id(w.final)]], output=None)
+              for w, ep_input in zip(writebacks, ep_inputs)]
     # a returned final value is the input itself after the write-back (eager returns the mutated tensor)
-    same = {}
-    for k, out in enumerate(outputs):
-        for w, ep_input in zip(writebacks, ep_inputs):
-            if out is w.final:
-                same[variableify(old_args[n_pro + k])] = ep_input
-    writes = [WRITEBACK.bind(ep_input, ep_final, output=None) for ep_input, ep_final in zip(ep_inputs, ep_finals)]
+    same = {variableify(comp_params[position[id(w.final)]]): ep_input for w, ep_input in zip(writebacks, ep_inputs)}
     epilogue.bound_symbols = unpacks + body + writes + [ep_return.from_bsym_swap_proxies(same)]
     epilogue.args = new_args
     epilogue._siginfo.args = [(p.name, None) for p in new_args]

@@ -126,16 +126,6 @@ def _alias_groups(trace: TraceCtx, alias_tensor_indices: Sequence[Sequence[int]]
     return tuple(groups)
 
 
-def input_aliases_from_cache_info(trace: TraceCtx) -> tuple[frozenset[str], ...]:
-    """The argument groups of ``trace`` that share storage in the call being compiled (from Thunder's cache info,
-    before :func:`record_input_aliases` runs)."""
-    import thunder
-
-    text = thunder._get_cache_info().get("alias_tensor_indices", "")
-    indices = [[int(i) for i in group.split(",")] for group in text.split("-") if group]
-    return _alias_groups(trace, indices)
-
-
 def record_input_aliases(computation_trace: TraceCtx, alias_tensor_indices: list[list[int]]) -> TraceCtx:
     """Stand-in for ``thunder.core.update_aliases.insert_alias_updates``."""
     original = ORIGINALS["insert_alias_updates"]

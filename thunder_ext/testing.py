@@ -18,11 +18,12 @@ from typing import Any
 import torch
 
 import thunder
+import effects
 from effects.testing import Case, Mismatch, to_python_function
 
 from .jit import jit
 
-__all__ = ["ThunderUnsupported", "check_jit"]
+__all__ = ["ThunderUnsupported", "check_jit", "check_jit_grad"]
 
 
 class ThunderUnsupported(Exception):
@@ -75,3 +76,86 @@ def check_jit(case: Case, *, executors: Sequence[str] = ("torchcompile",), fusio
         why = why or ((d := _difference(e, fresh.tensors[name])) and f"input {name} after the call: {d}")
     if why:
         raise Mismatch(f"{what} diverges from eager: {why}\n\n{case.to_python()}")
+
+
+def _unwritten_bases(case: Case) -> list[int]:
+    """Input bases no instruction writes (through any input made from them): they may require grad (a leaf
+    that requires grad cannot be written in eager, nor a view of one)."""
+    graph = effects.DependencyGraph.build(case.program)
+    written = set()
+    for i in range(graph.n):
+        eff, inst = graph.effects(i), case.program.instructions[i]
+        positions = range(len(inst.inputs)) if eff.opaque else eff.written
+        written |= {graph.storage.storage(v) for k in positions for v in effects.program.operand_values(inst.inputs[k])}
+    bindings = case.inputs.bindings
+    return sorted({b.base for b in bindings} - {b.base for b in bindings if graph.storage.storage(b.name) in written})
+
+
+def _loss(values: Sequence[Any]) -> Any:
+    """A fixed, non-uniform weighting of every returned tensor that requires grad (so each element matters)."""
+    total = None
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.requires_grad and v.is_floating_point():
+            weight = torch.linspace(-1.0, 2.0, v.numel(), dtype=v.dtype).reshape(v.shape)
+            term = (v * weight).sum()
+            total = term if total is None else total + term
+    return total
+
+
+def _run_grad(fn: Any, case: Case, grad_bases: Sequence[int], jitted: Any = None) -> tuple[Any, Any, Any]:
+    run = case.inputs.materialize(requires_grad=grad_bases)
+    args = [run.tensors[n] for n in case.program.inputs]
+    out = (jitted or fn)(*args)
+    loss = _loss(out)
+    if loss is not None:
+        loss.backward()
+    detached = [o.detach() if isinstance(o, torch.Tensor) else o for o in out]
+    return detached, {n: t.detach() for n, t in run.tensors.items()}, [b.grad for b in run.bases]
+
+
+def check_jit_grad(case: Case, *, executors: Sequence[str] = ("torch",), fusion_type: str = "consecutive") -> None:
+    """Like :func:`check_jit`, with every input base that the program does not write requiring grad: returned
+    values, inputs after the call and the gradient of a fixed weighting of the returned values with respect to
+    every such base must match eager. Where eager's backward raises (a value saved for backward was modified
+    in place), the reference is the program's functional form (:func:`effects.functionalize` with ATen rules) run
+    eagerly: thunder_ext gives the mathematically correct gradient there.
+
+    Raises:
+        Mismatch, ThunderUnsupported: as :func:`check_jit`.
+    """
+    from effects.aten_rules import ATEN
+    from effects.testing.oracle import fresh_may_views
+
+    fn = to_python_function(case)
+    grad_bases = _unwritten_bases(case)
+    try:
+        expected = _run_grad(fn, case, grad_bases)
+    except RuntimeError as error:
+        if "modified by an inplace operation" not in str(error):
+            raise
+        functional = effects.functionalize(case.program, ATEN, input_views=case.inputs.input_views(),
+                                           fresh_outputs=fresh_may_views(case))
+        reference = Case(functional.with_epilogue(torch.ops.aten.copy_.default), case.inputs)
+        expected = _run_grad(to_python_function(reference), reference, grad_bases)
+    what = f"thunder_ext.jit(executors={list(executors)}, fusion_type={fusion_type!r}) with grads"
+    try:
+        got = _run_grad(fn, case, grad_bases, jit(fn, executors=list(executors), fusion_type=fusion_type))
+    except Exception as error:  # noqa: BLE001 - classified below
+        stock = _stock_error(fn, case, executors, fusion_type)
+        if stock is not None and type(stock) is type(error) and str(stock) == str(error):
+            raise ThunderUnsupported(f"{type(error).__name__}: {error}") from error
+        raise Mismatch(f"{what} raised {type(error).__name__}: {error}\n(stock thunder.jit: {stock!r})\n\n"
+                       f"{case.to_python()}\n(bases requiring grad: {grad_bases})") from error
+    (e_out, e_inputs, e_grads), (g_out, g_inputs, g_grads) = expected, got
+    why = None if len(g_out) == len(e_out) else f"{len(g_out)} values returned, expected {len(e_out)}"
+    for k, (e, g) in enumerate(zip(e_out, g_out)):
+        why = why or ((d := _difference(e, g)) and f"returned value {k}: {d}")
+    for name, e in e_inputs.items():
+        why = why or ((d := _difference(e, g_inputs[name])) and f"input {name} after the call: {d}")
+    for k, (e, g) in enumerate(zip(e_grads, g_grads)):
+        if (e is None) != (g is None):
+            why = why or f"base {k}: grad is {g!r}, expected {e!r}"
+        elif e is not None:
+            why = why or ((d := _difference(e, g)) and f"gradient of base {k}: {d}")
+    if why:
+        raise Mismatch(f"{what} diverges from eager: {why}\n\n{case.to_python()}\n(bases requiring grad: {grad_bases})")

@@ -12,7 +12,7 @@ fresh tensors and fresh seeded ``torch.Generator`` objects on every call, so eve
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -81,6 +81,8 @@ class RunInputs:
 
     tensors: Mapping[str, torch.Tensor]
     generators: Mapping[str, torch.Generator]
+    bases: tuple[torch.Tensor, ...] = ()
+    """The base tensors the inputs are made from (the leaves gradients reach)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +119,14 @@ class InputSpec:
                 first[b.base] = b.name
         return tuple(views)
 
-    def materialize(self) -> RunInputs:
-        bases = [torch.randn(shape, generator=torch.Generator().manual_seed(self.seed + i))
-                 for i, shape in enumerate(self.shapes)]
+    def materialize(self, *, requires_grad: Collection[int] = ()) -> RunInputs:
+        """Fresh inputs; the bases numbered in ``requires_grad`` are leaves that require grad (the inputs made
+        from them are those leaves or views of them)."""
+        bases = [torch.randn(shape, generator=torch.Generator().manual_seed(self.seed + i)).requires_grad_(
+                 i in requires_grad) for i, shape in enumerate(self.shapes)]
         tensors = {b.name: b.recipe.apply(bases[b.base]) for b in self.bindings}
         gens = {g: torch.Generator().manual_seed(self.seed + 1000 + j) for j, g in enumerate(self.generators)}
-        return RunInputs(tensors, gens)
+        return RunInputs(tensors, gens, tuple(bases))
 
     def to_python(self) -> str:
         lines = []
