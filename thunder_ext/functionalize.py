@@ -159,15 +159,23 @@ def _writes(bsym: BoundSymbol) -> bool:
     return eff.opaque or bool(eff.written)
 
 
-def _flatten_writers(bsyms: Iterable[BoundSymbol]) -> list[BoundSymbol]:
+def _flatten_writers(bsyms: Iterable[BoundSymbol], side_effects: set[int], top: BoundSymbol | None = None,
+                     ) -> list[BoundSymbol]:
     """Replace every composite that writes by its subsymbols, recursively, down to the writing prims (and
-    writers without subsymbols)."""
+    writers without subsymbols). A ``copy_`` whose result the outermost composite does not hand back (its
+    ``id`` is added to ``side_effects``) is a kernel's side effect — ``batch_norm`` updating its running
+    statistics — which autograd never records; ``relu_``, ``setitem_`` and the like return what they wrote."""
     out: list[BoundSymbol] = []
     for bsym in bsyms:
+        outer = top or bsym
         if bsym.subsymbols and _writes(bsym):
-            out += _flatten_writers(bsym.subsymbols)
-        else:
-            out.append(bsym)
+            out += _flatten_writers(bsym.subsymbols, side_effects, outer)
+            continue
+        if outer is not bsym and bsym.sym.id is PrimIDs.COPY_:
+            handed_back = {o.name for o in outer.flat_proxy_outs}
+            if not {o.name for o in bsym.flat_proxy_outs} & handed_back:
+                side_effects.add(id(bsym))
+        out.append(bsym)
     return out
 
 
@@ -423,9 +431,10 @@ def _trace_proxies(trace: TraceCtx) -> dict[str, Proxy]:
     return found
 
 
-def _grad_modes(adapted: AdaptedTrace, start: bool) -> list[bool]:
+def _grad_modes(adapted: AdaptedTrace, start: bool, side_effects: set[int]) -> list[bool]:
     """Whether autograd records each instruction's write: the grad mode it runs under (``set_grad_enabled``
-    switches it; ``copy_`` records its own), and never for a write into a ``detach``-ed tensor or a view of one."""
+    switches it; ``copy_`` records its own), and never for a write into a ``detach``-ed tensor or a view of one,
+    nor for a kernel's side effect (``side_effects``, see :func:`_flatten_writers`)."""
     modes = []
     mode = start
     detached: set[str] = set()
@@ -434,7 +443,7 @@ def _grad_modes(adapted: AdaptedTrace, start: bool) -> list[bool]:
             mode = bool(bsym.args[0])
         if bsym.sym.id is PrimIDs.COPY_ and "grad_enabled" in bsym.kwargs:
             written = set(effects.program.operand_values(inst.inputs[1]))
-            modes.append(bool(bsym.kwargs["grad_enabled"]) and not written & detached)
+            modes.append(bool(bsym.kwargs["grad_enabled"]) and not written & detached and id(bsym) not in side_effects)
         else:
             modes.append(mode)
         if bsym.sym.id == DETACH:
@@ -462,11 +471,12 @@ def functionalize_for_grad(trace: TraceCtx, *, grad_enabled: bool,
     """
     if not any(_writes(b) for b in trace.bound_symbols):
         return trace, ()
-    bsyms = _flatten_writers(trace.bound_symbols)
+    side_effects: set[int] = set()
+    bsyms = _flatten_writers(trace.bound_symbols, side_effects)
     flat_args, _ = tree_flatten((trace.args, trace.kwargs))
     adapted = adapt_bsyms(bsyms, args=flat_args, input_aliases=input_aliases)
     proxies = _trace_proxies(trace)
-    modes = _grad_modes(adapted, grad_enabled)
+    modes = _grad_modes(adapted, grad_enabled, side_effects)
     views, bases = _synthetic_bases(adapted.program.input_aliases, adapted.program.inputs)
     result = functionalize(adapted.program, ThunderRules(adapted, modes, proxies), input_views=views)
     build = _Build(trace, adapted, result, proxies, bases, _written_under_grad(adapted, modes), flat_args)
