@@ -51,6 +51,7 @@ import torch
 import effects
 from effects import Const, Effects, FunctionalizationError, Instruction
 from effects.functionalize import Rules, Value, functionalize
+from effects.graph import gc_paused
 
 import thunder
 from thunder.core import prims
@@ -471,6 +472,12 @@ def functionalize_for_grad(trace: TraceCtx, *, grad_enabled: bool,
     """
     if not any(_writes(b) for b in trace.bound_symbols):
         return trace, ()
+    with gc_paused():  # many small acyclic objects: full collections over Thunder's heap would dominate
+        return _functionalize_for_grad(trace, grad_enabled, input_aliases)
+
+
+def _functionalize_for_grad(trace: TraceCtx, grad_enabled: bool,
+                            input_aliases: Iterable[Iterable[str]]) -> tuple[TraceCtx, tuple[Writeback, ...]]:
     side_effects: set[int] = set()
     bsyms = _flatten_writers(trace.bound_symbols, side_effects)
     flat_args, _ = tree_flatten((trace.args, trace.kwargs))
