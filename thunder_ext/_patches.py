@@ -31,6 +31,7 @@ imports in ``torch_compile``, ``nvfuserex_impl``
 ``jit_ext._general_jit_lookaside_map[torch_fn]``  new entries: torch functions without a Thunder symbol trace
                                                   as opaque torch calls (:mod:`thunder_ext.opaque_torch`)
 ``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them
+``transforms._grad_fn_map[sym_id]``               gradient rules Thunder gets wrong (:mod:`thunder_ext.grad_fixes`)
 ================================================  ===========================================================
 
 Every replacement falls back to the original unless the pipeline is active, so applying the patches changes
@@ -66,6 +67,7 @@ from torch.utils._pytree import tree_map
 import thunder
 import thunder.core.jit_ext as jit_ext
 import thunder.core.rematerialization as remat_mod
+import thunder.core.transforms as thunder_transforms
 import thunder.core.transform_common as transform_common
 import thunder.core.update_aliases as update_aliases_mod
 import thunder.executors.data_dependent_partition as ddp
@@ -77,6 +79,7 @@ import thunder.transforms.cudagraph as cudagraph
 from thunder.core.compile_data import get_compile_data, get_compile_option
 
 from . import functionalize, opaque_torch, pipeline
+from .grad_fixes import GRAD_FIXES
 
 torch_langctx = importlib.import_module("thunder.torch.langctx")  # `thunder.torch.langctx` is shadowed by a class
 
@@ -223,6 +226,7 @@ def _optional_module(name: str) -> Any | None:
 
 
 _TABLES: dict[str, dict[Any, Any]] = {
+    "thunder.core.transforms._grad_fn_map": thunder_transforms._grad_fn_map,
     "thunder.core.jit_ext._general_jit_lookaside_map": jit_ext._general_jit_lookaside_map,
     "thunder.torch.langctx._method_name_to_fn_map": torch_langctx._method_name_to_fn_map,
 }
@@ -266,6 +270,8 @@ def _build_patches() -> tuple[Patch, ...]:
               for fn, lookaside in opaque_torch.lookasides().items()]
     table += [Patch(torch_langctx._method_name_to_fn_map, name, ABSENT, sym)
               for name, sym in opaque_torch.methods().items()]
+    grad_map = thunder_transforms._grad_fn_map
+    table += [Patch(grad_map, sym_id, grad_map.get(sym_id, ABSENT), rule) for sym_id, rule in GRAD_FIXES.items()]
     nvfuser = _optional_module("thunder.executors.nvfuserex_impl")
     if nvfuser is not None:
         table += [Patch(nvfuser, "dce", o["dce"], pipeline.dce),

@@ -666,10 +666,36 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
     new, writebacks = functionalize_for_grad(computation, grad_enabled=bool(cd.is_grad_enabled),
                                              input_aliases=input_aliases)
     results.computation_trace = new
+    _dedupe_outputs(results)
     autograd = [w for w in writebacks if w.autograd]
     if autograd:
         _thread_writebacks(results, autograd)
     return results
+
+
+def _dedupe_outputs(results: Any) -> None:
+    """Return each value once from the computation: functionalization gives values that were different tensors
+    one value (``t = a.mul_(b); return t, a``), and the backward takes one cotangent per value. Repeated outputs
+    become repeated uses of one epilogue parameter."""
+    computation, epilogue = results.computation_trace, results.epilogue_trace
+    outputs = tuple(computation.bound_symbols[-1].args[0])
+    n_pro = len(results.prologue_trace.bound_symbols[-1].args[0][1])
+    params = list(epilogue.args)
+    first: dict[int, int] = {}
+    swap: dict[Any, Proxy] = {}
+    for k, out in enumerate(outputs):
+        j = first.setdefault(id(out), k)
+        if j != k:
+            swap[variableify(params[n_pro + k])] = params[n_pro + j]
+    if not swap:
+        return
+    kept = sorted(first.values())
+    computation.bound_symbols[-1] = prims.python_return.bind(tuple(outputs[k] for k in kept), output=None)
+    dropped = {params[n_pro + k].name for k in range(len(outputs)) if k not in kept}
+    epilogue.bound_symbols = [b.from_bsym_swap_proxies(swap) for b in epilogue.bound_symbols
+                              if not (b.sym.id is PrimIDs.UNPACK_TRIVIAL and b.output.name in dropped)]
+    epilogue.args = params[:n_pro] + [params[n_pro + k] for k in kept]
+    epilogue._siginfo.args = [(p.name, None) for p in epilogue.args]
 
 
 def _thread_writebacks(results: Any, writebacks: Sequence[Writeback]) -> None:

@@ -153,9 +153,10 @@ def check_jit_grad(case: Case, *, executors: Sequence[str] = ("torch",), fusion_
     for name, e in e_inputs.items():
         why = why or ((d := _difference(e, g_inputs[name])) and f"input {name} after the call: {d}")
     for k, (e, g) in enumerate(zip(e_grads, g_grads)):
-        if (e is None) != (g is None):
-            why = why or f"base {k}: grad is {g!r}, expected {e!r}"
-        elif e is not None:
+        # Thunder's backward is one node for all outputs: an input none of the used outputs depends on gets a zero
+        # gradient where eager leaves None (stock Thunder does the same); zeros and None compare equal
+        if e is not None or g is not None:
+            e, g = (torch.zeros_like(g) if e is None else e), (torch.zeros_like(e) if g is None else g)
             why = why or ((d := _difference(e, g)) and f"gradient of base {k}: {d}")
     if why:
         raise Mismatch(f"{what} diverges from eager: {why}\n\n{case.to_python()}\n(bases requiring grad: {grad_bases})")

@@ -1,0 +1,41 @@
+"""Gradient rules that Thunder 0.2.6 gets wrong, found by the gradient fuzzer (``thunder_ext.testing.check_jit_grad``).
+
+Each entry replaces the rule for one symbol id in Thunder's grad-rule table while the effect pipeline holds its
+patches (:mod:`thunder_ext._patches`: the table entries are patches like every other, so plain ``thunder.jit`` is
+unaffected until :func:`thunder_ext.install`).
+
+* ``torch.index_put``: Thunder's backward returns ``(grad_a, grad_values)``, which its generic rule pairs with the
+  operands ``(a, indices, values)`` in order, so ``grad_values`` lands on ``indices`` and ``values`` gets no
+  gradient at all (``x.index_put(idx, v)`` and ``x[idx] = v`` with ``v`` requiring grad). Reduced:
+  ``torch.zeros(3).index_put((torch.tensor([0]),), v)`` gives ``v.grad is None`` under stock ``thunder.jit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from thunder import clang
+from thunder.core.proxies import TensorProxy
+from thunder.core.transforms import get_grad, put_grad, sum_to
+
+import thunder.torch as ltorch
+
+__all__ = ["GRAD_FIXES"]
+
+
+def _index_put_grad(a: TensorProxy, indices: Sequence[TensorProxy], values: TensorProxy,
+                    accumulate: bool = False) -> TensorProxy:
+    out = clang.index_put(a, indices, values, accumulate)
+    g = get_grad(out)
+    indices = tuple(indices)
+    g_values = g[indices]
+    if tuple(g_values.shape) != tuple(values.shape):
+        g_values = sum_to(g_values, values.shape)
+    put_grad(values, g_values)
+    put_grad(a, g if accumulate else clang.index_put(g, indices, ltorch.zeros_like(values), False))
+    return out
+
+
+GRAD_FIXES: dict[Any, Callable[..., Any]] = {"torch.index_put": _index_put_grad}
+"""Symbol id -> the corrected gradient rule (a Thunder grad transform: forward, ``get_grad``, ``put_grad``)."""
