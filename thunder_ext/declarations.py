@@ -73,12 +73,16 @@ __all__ = [
     "coverage",
     "register",
     "ASSERT",
+    "GRAD_MODE",
 ]
 
 SOURCE = "thunder_ext"
 
 ASSERT = Resource("assert")
 """Checks that may raise: unordered (movable) but never deleted."""
+
+GRAD_MODE = Resource("grad_mode")
+"""Autograd's grad mode, which ``torch.no_grad()``/``enable_grad()`` blocks switch (ordered among themselves)."""
 
 Origin = Literal["declared", "schema-derived", "subsymbols", "opaque"]
 
@@ -251,6 +255,9 @@ def _explicit_ltorch(symbols: dict[Hashable, Symbol]) -> dict[Hashable, Effects]
             table[sym.id] = make_effects(resources=[comm()])
     for view in (*ltorch._syms_returning_views, *ltorch._syms_that_may_return_views):
         table.setdefault(view.id, make_effects(aliases=[(0, 0, view in ltorch._syms_that_may_return_views)]))
+    for sym in symbols.values():  # torch.no_grad() and friends switch autograd's mode, they touch no tensor
+        if sym.tags and OpTags.CTX_MANAGER_ENTER_EXIT_OP in sym.tags:
+            table[sym.id] = make_effects(resources=[GRAD_MODE])
     return table
 
 
