@@ -2,10 +2,12 @@
 
 * **Functional forms** come from PyTorch's own naming and schemas: the in-place overload ``X_.ov`` has the pure
   twin ``X.ov`` with the same arguments (``add_.Tensor`` → ``add.Tensor``, ``index_put_`` → ``index_put``,
-  ``copy_`` → ``copy``, ``uniform_`` → ``uniform``, ``_foreach_add_.List`` → ``_foreach_add.List``), and the
+  ``uniform_`` → ``uniform``, ``_foreach_add_.List`` → ``_foreach_add.List``), and the
   ``out=`` overload ``X.out`` has the pure overload of ``X`` taking the same arguments minus the ``out`` ones. A
   twin is used only when the argument names and types match exactly; otherwise the op has no functional form here
-  and :func:`effects.functionalize` runs it on private copies, which is always correct.
+  and :func:`effects.functionalize` runs it on private copies, which is always correct. ``copy_(self, src)`` is
+  ``type_as(expand_as(src, self), self)`` rather than ``aten.copy``, which has no derivative (so functional
+  programs differentiate).
 * **Metadata mutations** (``t_``, ``transpose_``, ``squeeze_``, ``as_strided_``, ``resize_``, ``set_``, ...) change
   which elements a tensor *names*, not what they hold; they have no value semantics and raise.
 * **View inverses** (``scatter``): ``slice``/``narrow``/``split``/``split_with_sizes`` → ``slice_scatter``,
@@ -101,6 +103,11 @@ class AtenRules(Rules):
                 f"instruction {index} ({inst}) changes which elements its operand names, not their values; "
                 f"functionalize cannot express {_name(op)}. Use the out-of-place op ({_name(op)[:-1]}) instead."
             )
+        if op is aten.copy_.default:  # aten.copy has no derivative: the same value, differentiably
+            self_, src = inputs[0], inputs[1]
+            expanded = f"{new_values[(0, 0)]}#expanded"
+            return [Instruction(aten.expand_as.default, (src, self_), (expanded,)),
+                    Instruction(aten.type_as.default, (expanded, self_), (new_values[(0, 0)],))]
         twin = functional_overload(op)
         if twin is None:
             return None

@@ -19,7 +19,7 @@ import torch
 
 import thunder
 import effects
-from effects.testing import Case, Mismatch, to_python_function
+from effects.testing import Case, Mismatch, execute, to_python_function
 
 from .jit import jit
 
@@ -103,9 +103,13 @@ def _loss(values: Sequence[Any]) -> Any:
 
 
 def _run_grad(fn: Any, case: Case, grad_bases: Sequence[int], jitted: Any = None) -> tuple[Any, Any, Any]:
+    """Returned values, inputs after the call and base gradients of ``jitted`` (or ``fn``; or, given a
+    :class:`~effects.Program`, of that program interpreted with ATen: :func:`effects.testing.execute`)."""
     run = case.inputs.materialize(requires_grad=grad_bases)
-    args = [run.tensors[n] for n in case.program.inputs]
-    out = (jitted or fn)(*args)
+    if isinstance(fn, effects.Program):
+        out = execute(fn, case, inputs=run).returns
+    else:
+        out = (jitted or fn)(*(run.tensors[n] for n in case.program.inputs))
     loss = _loss(out)
     if loss is not None:
         loss.backward()
@@ -135,8 +139,7 @@ def check_jit_grad(case: Case, *, executors: Sequence[str] = ("torch",), fusion_
             raise
         functional = effects.functionalize(case.program, ATEN, input_views=case.inputs.input_views(),
                                            fresh_outputs=fresh_may_views(case))
-        reference = Case(functional.with_epilogue(torch.ops.aten.copy_.default), case.inputs)
-        expected = _run_grad(to_python_function(reference), reference, grad_bases)
+        expected = _run_grad(functional.with_epilogue(torch.ops.aten.copy_.default), case, grad_bases)
     what = f"thunder_ext.jit(executors={list(executors)}, fusion_type={fusion_type!r}) with grads"
     try:
         got = _run_grad(fn, case, grad_bases, jit(fn, executors=list(executors), fusion_type=fusion_type))

@@ -94,13 +94,15 @@ def _step(inst: Instruction, env: dict[Hashable, Any], run: RunInputs) -> None:
         env.update(zip(inst.outputs, result))
 
 
-def execute(program: Program, case: Case, *, return_at: int | None = None) -> Outcome:
-    """Run ``program`` on fresh inputs built from ``case.inputs``.
+def execute(program: Program, case: Case, *, return_at: int | None = None, inputs: RunInputs | None = None,
+            ) -> Outcome:
+    """Run ``program`` on fresh inputs built from ``case.inputs`` (or on ``inputs``, made by
+    ``case.inputs.materialize(...)``: e.g. bases that require grad).
 
     ``return_at=k`` returns to the caller after the first ``k`` instructions (the rest still run afterwards, as
     when a compiler places the return early): returned values and inputs are observed at that point.
     """
-    run = case.inputs.materialize()
+    run = case.inputs.materialize() if inputs is None else inputs
     env: dict[Hashable, Any] = dict(run.tensors)
     insts = program.instructions
     stop = len(insts) if return_at is None else return_at
