@@ -45,8 +45,10 @@ METADATA_MUTATIONS = frozenset({
 })
 """In-place ops that change a tensor's view of its storage rather than the values in it."""
 
-_STRIDE_SENSITIVE = {aten.view.default: aten.reshape.default, aten.view_as.default: aten.reshape_as.default}
-"""View ops that fail on some layouts, and their layout-agnostic twins with the same values."""
+_STRIDE_SENSITIVE = {id(op): twin for op, twin in ((aten.view.default, aten.reshape.default),
+                                                    (aten.view_as.default, aten.reshape_as.default))}
+"""View ops that fail on some layouts (by identity: ``OpOverload.__hash__`` is slow), and their layout-agnostic
+twins with the same values."""
 
 _RESHAPES = frozenset({
     "view", "reshape", "_unsafe_view", "view_as", "reshape_as", "flatten", "unflatten", "squeeze", "unsqueeze",
@@ -85,7 +87,22 @@ def functional_overload(op: torch._ops.OpOverload) -> torch._ops.OpOverload | No
 
 
 def _name(op: Any) -> str:
-    return op._schema.name.split("::")[-1] if isinstance(op, torch._ops.OpOverload) else ""
+    return op._opname if isinstance(op, torch._ops.OpOverload) else ""
+
+
+_FORMS: dict[int, tuple[torch._ops.OpOverload, torch._ops.OpOverload | None, tuple[int, ...]]] = {}
+"""id(op) -> (op, functional twin, positions of its ``out=`` operands): schema queries cost microseconds and
+``OpOverload.__hash__`` is Python, so the walk looks ops up by identity (ops live as long as the process)."""
+
+
+def _functional_form(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload | None, tuple[int, ...]]:
+    found = _FORMS.get(id(op))
+    if found is None:
+        args = op._schema.arguments
+        outs = tuple(k for k, a in enumerate(args)
+                     if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
+        found = _FORMS[id(op)] = (op, functional_overload(op), outs)
+    return found[1], found[2]
 
 
 class AtenRules(Rules):
@@ -101,11 +118,9 @@ class AtenRules(Rules):
                 f"instruction {index} ({inst}) changes which elements its operand names, not their values; "
                 f"functionalize cannot express {_name(op)}. Use the out-of-place op ({_name(op)[:-1]}) instead."
             )
-        twin = functional_overload(op)
+        twin, outs = _functional_form(op)
         if twin is None:
             return None
-        args = op._schema.arguments
-        outs = [k for k, a in enumerate(args) if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
         if outs:  # X.out(..., out=o) -> o's new value = X(...)
             kept = tuple(x for k, x in enumerate(inputs) if k not in outs)
             targets = tuple(new_values[(k, e)] for k in outs for e in range(_count(inst.inputs[k])))
@@ -141,12 +156,11 @@ class AtenRules(Rules):
 
         if kind in ("slice", "narrow"):
             if kind == "slice":
-                defaults = (Const(0), Const(None), Const(None), Const(1))
-                dim, start, end, step = tuple(args) + defaults[len(args):]
+                dim, start, end, step = args + _SLICE_DEFAULTS[len(args):]
             else:
                 dim, start, length = args
                 end = Const(start.value + length.value)
-                step = Const(1)
+                step = _SLICE_DEFAULTS[3]
             return make(aten.slice_scatter.default, base, view, dim, start, end, step)
         if kind == "select":
             return make(aten.select_scatter.default, base, view, *args)
@@ -191,10 +205,14 @@ class AtenRules(Rules):
         return Instruction(aten.clone.default, (value,), (name,))
 
 
+_SLICE_DEFAULTS = (Const(0), Const(None), Const(None), Const(1))
+"""``slice``'s optional arguments (dim, start, end, step) at their defaults."""
+
+
 def _layout_agnostic(inst: Instruction) -> Instruction:
     """``view``/``view_as`` on a functional value as ``reshape``/``reshape_as``: the value may be laid out
     differently from the one it replaces (a scatter through ``t`` yields transposed strides); only values matter."""
-    twin = _STRIDE_SENSITIVE.get(inst.op)
+    twin = _STRIDE_SENSITIVE.get(id(inst.op))
     return inst if twin is None else Instruction(twin, inst.inputs, inst.outputs, inst.effects)
 
 

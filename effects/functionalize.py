@@ -48,12 +48,11 @@ copy (or writes its input and reads the copy) gets view semantics — the choice
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import FunctionalizationError
-from .graph import resolve_effects
+from .graph import gc_paused, resolve_effects
 from .model import Effects
 from .program import Const, Instruction, Program, format_window
 from .registry import Registry
@@ -133,25 +132,55 @@ class Rules:
         )
 
     def keep(self, index: int, inst: Instruction, inputs: tuple[Operand, ...]) -> Instruction:
-        """``inst`` unchanged but for its renamed ``inputs`` (ops that read only)."""
-        return dataclasses.replace(inst, inputs=inputs)
+        """``inst`` unchanged but for its renamed ``inputs`` (ops that read only; called only when an operand was
+        renamed, and for ops run on private copies)."""
+        return Instruction(inst.op, inputs, inst.outputs, inst.effects, inst.attrs)
 
 
 def _unused(name: Value, j: int) -> Value:
     return f"{name}#{j}"
 
 
-@dataclass(slots=True)
 class _Node:
-    """A value of a view tree: its parent (``None`` for a root) and how it is made from it, and its current
-    functional value at which version of its root."""
+    """A value of a view tree: its canonical name, its root, its parent (``None`` for a root) and how it is made
+    from it, and its current functional value at which version of its root. A root's ``version`` is the version
+    of its tree, so a node is current iff ``version == top.version``."""
 
-    root: Value
-    parent: Value | None = None
-    view: tuple[int, int, int] = (-1, -1, -1)
-    """``(instruction index, output index, operand position of the parent)``."""
-    current: Value | None = None
-    version: int = 0
+    __slots__ = ("name", "root", "top", "parent", "view", "current", "version")
+
+    def __init__(self, name: Value) -> None:
+        self.name = name
+        self.root = name
+        self.top = self
+        self.parent: _Node | None = None
+        self.view = (-1, -1, -1)
+        """``(instruction index, output index, operand position of the parent)``."""
+        self.current = name
+        self.version = 0
+
+
+class _Plan:
+    """What the walk needs from one distinct :class:`Effects` (computed once per object, not per instruction)."""
+
+    __slots__ = ("opaque", "written", "written_set", "views", "of_output", "handed_back", "simple")
+
+    def __init__(self, eff: Effects) -> None:
+        self.opaque = eff.opaque
+        self.written = tuple(sorted(eff.written))
+        self.written_set = frozenset(self.written)
+        self.views: dict[int, list[tuple[int, bool]]] = {}
+        """Output -> ``(operand, may)`` for every alias of an operand (in the effects' own order)."""
+        self.of_output: set[int] = set()
+        if not eff.opaque:
+            for alias in eff.aliases:
+                if alias.of_output:
+                    self.of_output.add(alias.output)
+                else:
+                    self.views.setdefault(alias.output, []).append((alias.operand, alias.may))
+        self.handed_back = frozenset(o for o, ops in self.views.items() if any(k in self.written_set for k, _ in ops))
+        """Outputs that are a written operand handed back (``add_`` returns ``self``)."""
+        self.simple = not (self.opaque or self.written or self.views or self.of_output)
+        """Reads only, and every output is fresh."""
 
 
 class _Walk:
@@ -164,9 +193,8 @@ class _Walk:
         self.effects = effects
         self.rules = rules
         self.nodes: dict[Value, _Node] = {}
-        self.same: dict[Value, Value] = {}
-        """Outputs that name a written operand (``add_`` returns ``self``) -> that operand's value."""
-        self.root_version: dict[Value, int] = {}
+        """Every value -> its node; an output that names a written operand (``add_`` returns ``self``) maps to
+        that operand's node."""
         self.tainted: dict[Value, str] = {}
         """Roots whose storage an opaque result may alias -> a description of that op (for the error)."""
         self.shared: dict[Value, frozenset[Value]] = {}
@@ -176,7 +204,9 @@ class _Walk:
         self.out: list[Instruction] = []
         self.origin: list[tuple[str, int]] = []
         self.counter = 0
-        self.taken = {v for inst in program.instructions for v in inst.outputs} | set(program.inputs)
+        self.taken = {v for inst in program.instructions for v in inst.outputs}
+        self.taken.update(program.inputs)
+        self.plans: dict[int, tuple[Effects, _Plan]] = {}
 
     # --- names and emission ------------------------------------------------------------------------------------
     def fresh(self, value: Value) -> Value:
@@ -195,28 +225,34 @@ class _Walk:
         """Instruction ``index`` of the program, or input view ``-1 - index`` for a negative index."""
         return self.program.instructions[index] if index >= 0 else self.view_instructions[-1 - index]
 
-    def root(self, value: Value) -> None:
-        self.nodes[value] = _Node(value, current=value)
-        self.root_version[value] = 0
+    def root(self, value: Value) -> _Node:
+        if value in self.nodes:
+            self.program.check()  # raises DuplicateDefinitionError naming the instruction
+        node = self.nodes[value] = _Node(value)
+        return node
 
-    def canon(self, value: Value) -> Value:
-        return self.same.get(value, value)
+    def plan(self, index: int) -> _Plan:
+        eff = self.effects[index]
+        entry = self.plans.get(id(eff))
+        if entry is None:
+            entry = self.plans[id(eff)] = (eff, _Plan(eff))  # keep eff alive so its id stays unique
+        return entry[1]
 
     # --- reading -----------------------------------------------------------------------------------------------
     def current(self, value: Value) -> Value:
         """The functional value of ``value`` now, replaying its view chain if a write made it stale."""
-        node = self.nodes[self.canon(value)]
-        version = self.root_version[node.root]
-        if node.version == version and node.current is not None:
+        return self.current_of(self.nodes[value])
+
+    def current_of(self, node: _Node) -> Value:
+        if node.version == node.top.version:
             return node.current
-        assert node.parent is not None, "a root is always current"
-        parent = self.current(node.parent)
+        parent = self.current_of(node.parent)  # type: ignore[arg-type]  # a root is always current
         index, output, position = node.view
         inst = self.instruction(index)
         inputs = tuple(parent if k == position else self.operand(op) for k, op in enumerate(inst.inputs))
         name = self.fresh(inst.outputs[output])
         self.emit(self.rules.replay(index, inst, output, inputs, name), "replay", index)
-        node.current, node.version = name, version
+        node.current, node.version = name, node.top.version
         return name
 
     def operand(self, operand: Operand) -> Operand:
@@ -226,40 +262,58 @@ class _Walk:
             return tuple(v if isinstance(v, Const) else self.current(v) for v in operand)
         return self.current(operand)
 
-    def path_to_root(self, value: Value) -> list[Value]:
-        path = [self.canon(value)]
-        while self.nodes[path[-1]].parent is not None:
-            path.append(self.nodes[path[-1]].parent)
-        return path
+    def operand_tuple(self, inst: Instruction) -> tuple[Operand, ...]:
+        """The operands renamed to their current values; ``inst.inputs`` itself if none changed."""
+        get = self.nodes.get
+        inputs = []
+        for op in inst.inputs:
+            node = get(op)  # None for a Const or a list operand: neither is ever a value
+            if node is None:
+                inputs.append(self.operand(op))
+            elif node.version == node.top.version:
+                inputs.append(node.current)
+            else:
+                inputs.append(self.current_of(node))
+        renamed = tuple(inputs)
+        return inst.inputs if renamed == inst.inputs else renamed
 
     # --- writing -----------------------------------------------------------------------------------------------
     def write(self, value: Value, new: Value, index: int) -> None:
         """``value`` now holds ``new``: scatter it up to the root and move the root's version on."""
-        path = self.path_to_root(value)
-        root = path[-1]
-        self.check_untainted(root, index)
+        node = self.nodes[value]
+        top = node.top
+        if self.shared or self.tainted:
+            self.check_untainted(top.name, index)
+        if node is top:
+            top.current, top.version = new, top.version + 1
+            return
+        path = [node]
+        while path[-1].parent is not None:
+            path.append(path[-1].parent)  # type: ignore[arg-type]
         # the ancestors' values *before* this write, taken before anything changes
-        befores = [self.current(v) for v in path[1:]]
+        befores = [self.current_of(v) for v in path[1:]]
         values = [new]
         for child, before in zip(path, befores):
-            view_index, output, _ = self.nodes[child].view
-            name = self.fresh(self.nodes[child].parent)  # type: ignore[arg-type]
-            for inst in self.rules.scatter(view_index, self.instruction(view_index), output, before,
-                                           values[-1], name):
+            view_index, output, _ = child.view
+            name = self.fresh(child.parent.name)  # type: ignore[union-attr]
+            try:
+                scattered = self.rules.scatter(view_index, self.instruction(view_index), output, before,
+                                               values[-1], name)
+            except FunctionalizationError as exc:
+                raise FunctionalizationError(
+                    f"instruction {index} ({self.program.instructions[index]}) writes through a view that cannot be "
+                    f"written back: {exc}\n{format_window(self.program, index)}"
+                ) from None
+            for inst in scattered:
                 self.emit(inst, "scatter", view_index)
             values.append(name)
-        version = self.root_version[root] + 1
-        self.root_version[root] = version
+        version = top.version + 1
         for v, current in zip(path, values):
-            node = self.nodes[v]
-            node.current, node.version = current, version
+            v.current, v.version = current, version
 
-    def replace_root(self, root: Value, new: Value) -> None:
-        """Root ``root``'s storage now holds ``new`` (a private copy an op wrote): every view is stale."""
-        version = self.root_version[root] + 1
-        self.root_version[root] = version
-        node = self.nodes[root]
-        node.current, node.version = new, version
+    def replace_root(self, top: _Node, new: Value) -> None:
+        """A root's storage now holds ``new`` (a private copy an op wrote): every view is stale."""
+        top.current, top.version = new, top.version + 1
 
     def check_untainted(self, root: Value, index: int) -> None:
         """Raise unless writing ``root``'s tree at instruction ``index`` has value semantics."""
@@ -283,41 +337,41 @@ class _Walk:
             )
 
     # --- instructions ------------------------------------------------------------------------------------------
-    def step(self, index: int, inst: Instruction) -> None:
-        eff = self.effects[index]
-        written = sorted(eff.written)
-        if eff.opaque or written:
-            self.writer(index, inst, eff, written)
+    def step(self, index: int, inst: Instruction, eff: Effects) -> None:
+        entry = self.plans.get(id(eff))
+        plan = entry[1] if entry is not None else self.plan(index)
+        if plan.opaque or plan.written:
+            self.writer(index, inst, plan)
             return
-        self.emit(self.rules.keep(index, inst, self.operand_tuple(inst)), "keep", index)
-        self.define_outputs(index, inst, eff, frozenset())
+        inputs = self.operand_tuple(inst)
+        self.out.append(inst if inputs is inst.inputs else self.rules.keep(index, inst, inputs))
+        self.origin.append(("keep", index))
+        if plan.simple:
+            nodes = self.nodes
+            for value in inst.outputs:
+                if value in nodes:
+                    self.program.check()  # raises DuplicateDefinitionError naming the instruction
+                nodes[value] = _Node(value)
+        else:
+            self.define_outputs(index, inst, plan)
 
-    def operand_tuple(self, inst: Instruction) -> tuple[Operand, ...]:
-        return tuple(self.operand(op) for op in inst.inputs)
-
-    def define_outputs(self, index: int, inst: Instruction, eff: Effects, written: frozenset[int]) -> None:
+    def define_outputs(self, index: int, inst: Instruction, plan: _Plan) -> None:
         """Place ``inst``'s outputs: a written operand handed back names that operand; a view of a single tensor
         operand joins its tree; anything else is a new root (tainted if it may alias something unknown)."""
-        parents: dict[int, list[int]] = {}
-        if not eff.opaque:
-            for alias in eff.aliases:
-                if not alias.of_output and not (alias.may and (index, alias.output) in self.fresh_outputs):
-                    parents.setdefault(alias.output, []).append(alias.operand)
+        fresh = self.fresh_outputs
         for j, value in enumerate(inst.outputs):
-            positions = parents.get(j, [])
-            handed_back = [k for k in positions if k in written and _single(inst.inputs[k])]
+            positions = [k for k, may in plan.views.get(j, ()) if not (may and (index, j) in fresh)]
+            handed_back = [k for k in positions if k in plan.written_set and _single(inst.inputs[k])]
             if handed_back:
-                self.same[value] = self.canon(inst.inputs[handed_back[0]])  # type: ignore[arg-type]
+                self.nodes[value] = self.nodes[inst.inputs[handed_back[0]]]
                 continue
-            self.root(value)
-            if eff.opaque or any(a.of_output and a.output == j for a in eff.aliases):
+            node = self.root(value)
+            if plan.opaque or j in plan.of_output:
                 self.taint(value, index, inst)
             elif len(positions) == 1 and _single(inst.inputs[positions[0]]):
-                parent = self.canon(inst.inputs[positions[0]])  # type: ignore[arg-type]
-                node = self.nodes[value]
-                node.root, node.parent, node.view = self.nodes[parent].root, parent, (index, j, positions[0])
-                node.version = self.root_version[node.root]
-                del self.root_version[value]
+                parent = self.nodes[inst.inputs[positions[0]]]
+                node.root, node.top, node.parent, node.view = parent.root, parent.top, parent, (index, j, positions[0])
+                node.version = parent.top.version
             elif positions:
                 self.taint(value, index, inst)
 
@@ -328,80 +382,77 @@ class _Walk:
         self.tainted[value] = why
         for op in inst.inputs:
             for v in _values(op):
-                self.tainted[self.nodes[self.canon(v)].root] = why
+                self.tainted[self.nodes[v].root] = why
 
-    def writer(self, index: int, inst: Instruction, eff: Effects, written: list[int]) -> None:
-        targets: dict[tuple[int, int], Value] = {}
-        for k in written:
-            for e, v in enumerate(_values(inst.inputs[k])):
-                targets[(k, e)] = self.fresh(self.canon(v))
+    def writer(self, index: int, inst: Instruction, plan: _Plan) -> None:
+        written = [((k, e), v) for k in plan.written for e, v in enumerate(_values(inst.inputs[k]))]
+        targets = {key: self.fresh(self.nodes[v].name) for key, v in written}
         inputs = self.operand_tuple(inst)
-        form = None if eff.opaque else self.rules.functional(index, inst, inputs, targets)
+        form = None if plan.opaque else self.rules.functional(index, inst, inputs, targets)
         if form is None:
-            self.on_copies(index, inst, eff, written)
+            self.on_copies(index, inst, plan)
             return
-        emitted = [inst_ for inst_ in form]
-        self.check_defines(index, inst, emitted, targets, eff, frozenset(written))
+        emitted = list(form)
+        self.check_defines(index, inst, emitted, targets, plan)
         for inst_ in emitted:
             self.emit(inst_, "functional", index)
-        for (k, e), name in targets.items():
-            self.write(_values(inst.inputs[k])[e], name, index)
-        self.define_outputs(index, inst, eff, frozenset(written))
+        for key, v in written:
+            self.write(v, targets[key], index)
+        self.define_outputs(index, inst, plan)
 
     def check_defines(self, index: int, inst: Instruction, emitted: Sequence[Instruction],
-                      targets: Mapping[tuple[int, int], Value], eff: Effects, written: frozenset[int]) -> None:
+                      targets: Mapping[tuple[int, int], Value], plan: _Plan) -> None:
         defined = [v for i in emitted for v in i.outputs]
-        handed_back = {a.output for a in eff.aliases if not a.of_output and a.operand in written}
-        wanted = set(targets.values()) | {v for j, v in enumerate(inst.outputs) if j not in handed_back}
-        missing = wanted - set(defined)
-        if missing or len(defined) != len(set(defined)):
+        wanted = set(targets.values())
+        wanted.update(v for j, v in enumerate(inst.outputs) if j not in plan.handed_back)
+        unique = set(defined)
+        if len(unique) != len(defined) or not wanted <= unique:
             raise FunctionalizationError(
                 f"the functional rule for instruction {index} ({inst}) must define {sorted(map(str, wanted))} once "
                 f"each; it defines {list(map(str, defined))}. Fix the rule's functional() for this op."
             )
 
-    def on_copies(self, index: int, inst: Instruction, eff: Effects, written: list[int]) -> None:
+    def on_copies(self, index: int, inst: Instruction, plan: _Plan) -> None:
         """Run ``inst`` unchanged on private copies of every tree it may write; the copies become those trees'
         new values."""
-        touched = range(len(inst.inputs)) if eff.opaque else written
-        roots: dict[Value, Value] = {}
+        touched = range(len(inst.inputs)) if plan.opaque else plan.written
+        roots: dict[Value, tuple[_Node, Value]] = {}
         for k in touched:
             for v in _values(inst.inputs[k]):
-                root = self.nodes[self.canon(v)].root
-                if root not in roots:
-                    self.check_untainted(root, index)
-                    copy = self.fresh(root)
-                    self.emit(self.rules.clone(self.current(root), copy), "clone", index)
-                    roots[root] = copy
+                top = self.nodes[v].top
+                if top.name not in roots:
+                    self.check_untainted(top.name, index)
+                    copy = self.fresh(top.name)
+                    self.emit(self.rules.clone(self.current_of(top), copy), "clone", index)
+                    roots[top.name] = (top, copy)
         cache: dict[Value, Value] = {}
 
-        def on_copy(value: Value) -> Value:
-            """``value`` as a view of its root's private copy (replayed from it), or its current value."""
-            value = self.canon(value)
-            node = self.nodes[value]
+        def on_copy(node: _Node) -> Value:
+            """``node`` as a view of its root's private copy (replayed from it), or its current value."""
             if node.root not in roots:
-                return self.current(value)
+                return self.current_of(node)
             if node.parent is None:
-                return roots[node.root]
-            if value not in cache:
+                return roots[node.root][1]
+            if node.name not in cache:
                 view_index, output, position = node.view
                 view_inst = self.instruction(view_index)
-                inputs = tuple(on_copy(op) if k == position else self.operand(op)  # type: ignore[arg-type]
+                inputs = tuple(on_copy(node.parent) if k == position else self.operand(op)
                                for k, op in enumerate(view_inst.inputs))
-                cache[value] = self.fresh(view_inst.outputs[output])
-                self.emit(self.rules.replay(view_index, view_inst, output, inputs, cache[value]), "replay",
+                cache[node.name] = self.fresh(view_inst.outputs[output])
+                self.emit(self.rules.replay(view_index, view_inst, output, inputs, cache[node.name]), "replay",
                           view_index)
-            return cache[value]
+            return cache[node.name]
 
         inputs = tuple(
             op if isinstance(op, Const) else
-            tuple(v if isinstance(v, Const) else on_copy(v) for v in op) if isinstance(op, tuple) else on_copy(op)
+            tuple(v if isinstance(v, Const) else on_copy(self.nodes[v]) for v in op) if isinstance(op, tuple)
+            else on_copy(self.nodes[op])
             for op in inst.inputs
         )
         self.emit(self.rules.keep(index, inst, inputs), "run", index)
-        for root, copy in roots.items():
-            self.replace_root(root, copy)
-        self.define_outputs(index, inst, eff, frozenset(written))
+        for top, copy in roots.values():
+            self.replace_root(top, copy)
+        self.define_outputs(index, inst, plan)
 
 
 def _single(operand: Operand) -> bool:
@@ -443,15 +494,20 @@ def functionalize(
             ``input_views``; or a rule that does not define what it must. The message names the instruction.
         UndefinedValueError, DuplicateDefinitionError: the program is ill-formed.
     """
-    program.check()
     effects = resolve_effects(program, registry, effects_of)
     walk = _Walk(program, effects, rules, frozenset(fresh_outputs))
-    _place_inputs(walk, program, tuple(input_views))
-    for index, inst in enumerate(program.instructions):
-        walk.step(index, inst)
-    epilogue = tuple((v, walk.current(v)) for v in program.inputs
-                     if walk.nodes[v].parent is None and walk.root_version[v] > 0)
-    returns = tuple(walk.current(v) for v in program.returns)
+    try:
+        with gc_paused():
+            _place_inputs(walk, program, tuple(input_views))
+            step = walk.step
+            for index, (inst, eff) in enumerate(zip(program.instructions, effects)):
+                step(index, inst, eff)
+            epilogue = tuple((v, walk.current(v)) for v in program.inputs
+                             if walk.nodes[v].parent is None and walk.nodes[v].version > 0)
+            returns = tuple(walk.current(v) for v in program.returns)
+    except KeyError:
+        program.check()  # an undefined value: raises UndefinedValueError naming the instruction
+        raise
     result = Program(tuple(walk.out), program.inputs, returns, program.input_aliases)
     return Functionalized(result, epilogue, tuple(walk.origin))
 
@@ -484,10 +540,10 @@ def _place_inputs(walk: _Walk, program: Program, input_views: tuple[Instruction,
             if len(sources) != 1:
                 raise FunctionalizationError(f"input view {view} must read exactly one tensor (the input it views)")
             walk.view_instructions.append(view)
-            index = -len(walk.view_instructions)
-            parent = view.inputs[sources[0]]
-            walk.nodes[view.outputs[0]] = _Node(walk.nodes[parent].root, parent, (index, 0, sources[0]),
-                                                view.outputs[0], 0)
+            parent = walk.nodes[view.inputs[sources[0]]]
+            node = walk.root(view.outputs[0])
+            node.root, node.top, node.parent = parent.root, parent.top, parent
+            node.view = (-len(walk.view_instructions), 0, sources[0])
     for group in program.input_aliases:
         roots = frozenset(walk.nodes[v].root for v in group)
         if len(roots) > 1:
