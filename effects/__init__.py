@@ -11,6 +11,8 @@ The core is framework-neutral (standard library + torch for schemas) and never i
 * :mod:`effects.alias`, :mod:`effects.graph` — storage classes and the typed dependency graph (RAW/WAR/WAW/ORDER/...).
 * :mod:`effects.dce`, :mod:`effects.schedule`, :mod:`effects.partition`, :mod:`effects.verify` — passes on the graph.
 * :mod:`effects.check` — run an op on samples and report where it contradicts its declaration.
+* :mod:`effects.functionalize`, :mod:`effects.reinplace` — the program without writes (for value transforms) and
+  the way back to in-place kernels; :mod:`effects.aten_rules` holds the rules for ATen ops (imports torch).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .errors import (
     DuplicateDefinitionError,
     EffectCheckError,
     EffectError,
+    FunctionalizationError,
     InvalidDeclaration,
     MissingOutputError,
     NonTensorWriteError,
@@ -53,6 +56,8 @@ from .model import (
     rng,
 )
 from .graph import HAZARD_RULES, DependencyGraph, Edge, EdgeKind
+from .functionalize import Functionalized, Rules, functionalize
+from .reinplace import InplaceRules, Layout, ReinplaceReport, Unview, ValueMeta, reinplace
 from .partition import Partitioning, Region, apply_partition, check_partition, partition, region_effects
 from .program import Const, Instruction, Program
 from .registry import Declaration, Registration, Registry, Resolution, default_registry
@@ -72,10 +77,14 @@ __all__ = [
     "StorageClasses", "EdgeKind", "Edge", "DependencyGraph", "HAZARD_RULES", "live_instructions", "dce",
     "toposort", "check_order", "is_valid_order", "random_order", "reorder",
     "Region", "Partitioning", "partition", "region_effects", "apply_partition", "check_partition", "verify",
+    # functionalization and its way back
+    "functionalize", "Functionalized", "Rules", "reinplace", "InplaceRules", "ReinplaceReport", "ValueMeta",
+    "Unview", "Layout",
     # errors
     "EffectError", "InvalidDeclaration", "UnknownOperandError", "OperandOutOfRangeError", "NonTensorWriteError",
     "MissingOutputError", "ConflictingDeclarationError", "UndeclaredOpError", "ProgramError",
     "UndefinedValueError", "DuplicateDefinitionError", "CycleError", "OrderViolation", "EffectCheckError",
+    "FunctionalizationError",
     # truthfulness checks
     "check_op", "checked_call", "CheckReport", "Finding", "Lie", "Sample",
 ]

@@ -19,11 +19,26 @@
   differently from the value it replaces, and only its values matter.
 * Per-instruction resource effects (an RNG op drawing from a named generator) carry over to the functional
   instruction.
+
+For :func:`effects.reinplace` (:class:`~effects.reinplace.InplaceRules`):
+
+* **In-place forms** are the inverse of the functional twins above (``add.Tensor`` → ``add_.Tensor``: the twin
+  ``X_.ov`` whose functional overload is ``X.ov``), and ``clone`` → ``alias`` (the copy is not needed when its
+  source is dead).
+* **View keys** name a view by op and arguments, with defaults filled in the form the scatters above use
+  (``narrow``/``split`` as ``slice``, ``unbind`` as ``select``); every reshape-like op is one family, since the
+  identity also records the shape. ``alias`` is its operand itself.
+* **Unviews** are the scatters above read backwards: ``*_scatter(base, view, args)`` and ``reshape_as(view, base)``
+  give back ``base``, and ``t``/``transpose``/``permute`` undo themselves (or the inverse permutation).
+* **Layout**: ``view``/``view_as``/``_unsafe_view`` depend on strides, and so do random ops (their draws land in
+  memory order); ``as_strided`` and friends depend on the storage; ops that are not ATen overloads are assumed to
+  depend on strides. Views that may overlap: ``expand`` and
+  friends, ``as_strided``, ``unfold``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -33,9 +48,10 @@ from .errors import FunctionalizationError
 from .functionalize import Rules, Value
 from .model import Effects
 from .program import Const, Instruction
+from .reinplace import SAME, InplaceRules, Layout, Unview
 from .schema import derive
 
-__all__ = ["AtenRules", "ATEN", "functional_overload"]
+__all__ = ["AtenRules", "ATEN", "functional_overload", "inplace_overload"]
 
 aten = torch.ops.aten
 
@@ -86,27 +102,59 @@ def functional_overload(op: torch._ops.OpOverload) -> torch._ops.OpOverload | No
     return None
 
 
+@lru_cache(maxsize=None)
+def inplace_overload(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The in-place twin of a pure ATen overload (the inverse of :func:`functional_overload`), or ``None``."""
+    name = op._schema.name.split("::")[-1]
+    packet = getattr(aten, f"{name}_", None) if f"{name}_" not in METADATA_MUTATIONS else None
+    twin = getattr(packet, op._overloadname, None) if packet is not None else None
+    return twin if twin is not None and functional_overload(twin) is op else None
+
+
+_STRIDES = frozenset({"view", "view_as", "_unsafe_view"})
+_STORAGE = frozenset({"as_strided", "as_strided_scatter", "as_strided_copy", "as_strided_", "_reshape_alias", "set_"})
+_OVERLAPPING = frozenset({"expand", "expand_as", "broadcast_to", "as_strided", "unfold"})
+_SCATTERS = {"slice_scatter": "slice", "select_scatter": "select", "diagonal_scatter": "diagonal",
+             "as_strided_scatter": "as_strided"}
+_TRANSPOSES = frozenset({"transpose", "swapdims", "swapaxes"})
+_UNVIEWS = frozenset({"reshape_as", "permute", "t", *_SCATTERS, *_TRANSPOSES})
+
+
 def _name(op: Any) -> str:
     return op._opname if isinstance(op, torch._ops.OpOverload) else ""
 
 
-_FORMS: dict[int, tuple[torch._ops.OpOverload, torch._ops.OpOverload | None, tuple[int, ...]]] = {}
-"""id(op) -> (op, functional twin, positions of its ``out=`` operands): schema queries cost microseconds and
-``OpOverload.__hash__`` is Python, so the walk looks ops up by identity (ops live as long as the process)."""
+_FORMS: dict[tuple[str, int], tuple[Any, Any]] = {}
+"""(kind, id(op)) -> (op, what a rule derived from its schema). Schema queries cost microseconds and
+``OpOverload.__hash__`` is Python, so the rules look ops up by identity (ops live as long as the process)."""
+
+
+def _per_op(kind: str, op: Any, derive_form: Callable[[Any], Any]) -> Any:
+    """``derive_form(op)``, computed once per ``(kind, op)``."""
+    found = _FORMS.get((kind, id(op)))
+    if found is None:
+        found = _FORMS[(kind, id(op))] = (op, derive_form(op))
+    return found[1]
 
 
 def _functional_form(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload | None, tuple[int, ...]]:
-    found = _FORMS.get(id(op))
-    if found is None:
-        args = op._schema.arguments
-        outs = tuple(k for k, a in enumerate(args)
-                     if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
-        found = _FORMS[id(op)] = (op, functional_overload(op), outs)
-    return found[1], found[2]
+    """The functional twin of ``op`` and the positions of its ``out=`` operands."""
+    args = op._schema.arguments
+    outs = tuple(k for k, a in enumerate(args) if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
+    return functional_overload(op), outs
 
 
-class AtenRules(Rules):
-    """:class:`effects.functionalize.Rules` for programs over ``torch.ops.aten`` overloads."""
+def _inplace_form(op: Any) -> tuple[torch._ops.OpOverload, bool] | None:
+    """The in-place twin of ``op`` and whether it returns its operand (``add_``) or nothing (``_foreach_add_``)."""
+    if op is aten.clone.default:
+        return _ALIAS, True
+    twin = inplace_overload(op) if isinstance(op, torch._ops.OpOverload) else None
+    return None if twin is None else (twin, bool(twin._schema.returns))
+
+
+class AtenRules(Rules, InplaceRules):
+    """:class:`effects.functionalize.Rules` and :class:`effects.reinplace.InplaceRules` for programs over
+    ``torch.ops.aten`` overloads."""
 
     def functional(self, index: int, inst: Instruction, inputs: tuple[Any, ...],
                    new_values: Mapping[tuple[int, int], Value]) -> Sequence[Instruction] | None:
@@ -118,7 +166,7 @@ class AtenRules(Rules):
                 f"instruction {index} ({inst}) changes which elements its operand names, not their values; "
                 f"functionalize cannot express {_name(op)}. Use the out-of-place op ({_name(op)[:-1]}) instead."
             )
-        twin, outs = _functional_form(op)
+        twin, outs = _per_op("functional", op, _functional_form)
         if twin is None:
             return None
         if outs:  # X.out(..., out=o) -> o's new value = X(...)
@@ -204,7 +252,99 @@ class AtenRules(Rules):
     def clone(self, value: Value, name: Value) -> Instruction:
         return Instruction(aten.clone.default, (value,), (name,))
 
+    # --- reinplacing ---------------------------------------------------------------------------------------------
+    def inplace(self, inst: Instruction) -> Instruction | None:
+        form = _per_op("inplace", inst.op, _inplace_form)
+        if form is None:
+            return None
+        twin, returns = form
+        if twin is _ALIAS:
+            return Instruction(twin, inst.inputs[:1], inst.outputs)
+        return Instruction(twin, inst.inputs, inst.outputs if returns else (), self._effects(twin, inst))
 
+    def view_key(self, inst: Instruction, output: int) -> Any:
+        kind, args = _name(inst.op), _constants(inst.inputs[1:])
+        if args is None:
+            return None
+        if kind == "alias":
+            return SAME
+        if kind == "permute":
+            return ("permute", tuple(d % len(args[0]) for d in args[0]))
+        if kind == "t" or kind in _TRANSPOSES or kind in _SCATTERS.values():
+            return _key(kind, args)
+        if kind == "narrow":
+            dim, start, length = args
+            return ("slice", dim, start, start + length, 1)
+        if kind in ("split", "split_with_sizes"):
+            sizes, dim = (args + (0,))[:2]
+            start = output * sizes if kind == "split" else sum(sizes[:output])
+            return ("slice", dim, start, start + (sizes if kind == "split" else sizes[output]), 1)
+        if kind == "unbind":
+            return ("select", (args + (0,))[0], output)
+        if kind in _RESHAPES:
+            return ("reshape",)
+        return (kind, *args) if kind in _OVERLAPPING else None
+
+    def unview(self, inst: Instruction) -> Unview | None:
+        kind = _name(inst.op)
+        if kind not in _UNVIEWS:
+            return None
+        if kind == "reshape_as":
+            return Unview(0, ("reshape",), base=1)
+        if kind in _SCATTERS:
+            args = _constants(inst.inputs[2:])
+            return None if args is None else Unview(1, _key(_SCATTERS[kind], args), base=0)
+        args = _constants(inst.inputs[1:])
+        if args is None:
+            return None
+        if kind == "permute":
+            dims = [d % len(args[0]) for d in args[0]]
+            return Unview(0, ("permute", tuple(sorted(range(len(dims)), key=dims.__getitem__))))
+        if kind == "t" or kind in _TRANSPOSES:
+            return Unview(0, _key(kind, args))
+        return None
+
+    def layout(self, inst: Instruction) -> Layout:
+        op = inst.op
+        if not isinstance(op, torch._ops.OpOverload):
+            return Layout.STRIDES
+        if _name(op) in _STORAGE:
+            return Layout.STORAGE
+        seeded = torch.Tag.nondeterministic_seeded in op.tags  # random values land in memory order
+        return Layout.STRIDES if seeded or _name(op) in _STRIDES else Layout.AGNOSTIC
+
+    def may_overlap(self, inst: Instruction) -> bool:
+        return not isinstance(inst.op, torch._ops.OpOverload) or _name(inst.op) in _OVERLAPPING
+
+    def copy(self, destination: Value, source: Value) -> Instruction:
+        return Instruction(aten.copy_.default, (destination, source), ())
+
+
+_DEFAULTS = {"slice": (0, None, None, 1), "diagonal": (0, 0, 1), "as_strided": (None,)}
+"""Trailing defaults of the view ops whose key lists every argument."""
+
+
+def _key(kind: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The view key of op ``kind`` with constant ``args``, defaults filled in (``slice`` and ``slice_scatter`` agree);
+    a transposition names its two dims in order."""
+    if kind in ("t", "numpy_T"):
+        return ("t",)
+    if kind in _TRANSPOSES:
+        return ("transpose", *sorted(args))
+    if kind == "as_strided":
+        return (kind, *args, *_DEFAULTS[kind][len(args) - 2:])
+    defaults = _DEFAULTS.get(kind, ())
+    return (kind, *args, *defaults[len(args):])
+
+
+def _constants(operands: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The plain values of constant operands (lists as tuples), or ``None`` if one is a tensor."""
+    if not all(isinstance(o, Const) for o in operands):
+        return None
+    return tuple(tuple(o.value) if isinstance(o.value, list) else o.value for o in operands)
+
+
+_ALIAS = aten.alias.default
 _SLICE_DEFAULTS = (Const(0), Const(None), Const(None), Const(1))
 """``slice``'s optional arguments (dim, start, end, step) at their defaults."""
 
