@@ -162,7 +162,7 @@ class _Node:
 class _Plan:
     """What the walk needs from one distinct :class:`Effects` (computed once per object, not per instruction)."""
 
-    __slots__ = ("opaque", "written", "written_set", "views", "of_output", "handed_back", "simple")
+    __slots__ = ("opaque", "written", "written_set", "views", "of_output", "handed_back", "simple", "back")
 
     def __init__(self, eff: Effects) -> None:
         self.opaque = eff.opaque
@@ -181,6 +181,10 @@ class _Plan:
         """Outputs that are a written operand handed back (``add_`` returns ``self``)."""
         self.simple = not (self.opaque or self.written or self.views or self.of_output)
         """Reads only, and every output is fresh."""
+        definite = not any(may for ops in self.views.values() for _, may in ops)
+        self.back = {o: next(k for k, _ in ops if k in self.written_set) for o, ops in self.views.items()
+                     if o in self.handed_back} if definite and not self.of_output else None
+        """Output -> the written operand it hands back, when that never depends on ``fresh_outputs``."""
 
 
 class _Walk:
@@ -358,6 +362,8 @@ class _Walk:
     def define_outputs(self, index: int, inst: Instruction, plan: _Plan) -> None:
         """Place ``inst``'s outputs: a written operand handed back names that operand; a view of a single tensor
         operand joins its tree; anything else is a new root (tainted if it may alias something unknown)."""
+        if plan.back is not None and self.hand_back(inst, plan.back):
+            return
         fresh = self.fresh_outputs
         for j, value in enumerate(inst.outputs):
             positions = [k for k, may in plan.views.get(j, ()) if not (may and (index, j) in fresh)]
@@ -374,6 +380,17 @@ class _Walk:
                 node.version = parent.top.version
             elif positions:
                 self.taint(value, index, inst)
+
+    def hand_back(self, inst: Instruction, back: Mapping[int, int]) -> bool:
+        """Name every output by the written tensor operand it hands back, if each does (``add_``); else ``False``
+        (the general rule then places the outputs)."""
+        nodes = self.nodes
+        for j, value in enumerate(inst.outputs):
+            k = back.get(j)
+            if k is None or not _single(inst.inputs[k]):
+                return False
+            nodes[value] = nodes[inst.inputs[k]]
+        return True
 
     def taint(self, value: Value, index: int, inst: Instruction) -> None:
         """``value`` may share storage with ``inst``'s tensor operands in a way nobody declared: writing either
@@ -393,7 +410,9 @@ class _Walk:
             self.on_copies(index, inst, plan)
             return
         emitted = list(form)
-        self.check_defines(index, inst, emitted, targets, plan)
+        if not (len(emitted) == 1 and emitted[0].outputs == tuple(targets.values())
+                and all(j in plan.handed_back for j in range(len(inst.outputs)))):  # else: not the usual shape
+            self.check_defines(index, inst, emitted, targets, plan)
         for inst_ in emitted:
             self.emit(inst_, "functional", index)
         for key, v in written:
