@@ -34,7 +34,9 @@ relate, so that writes through them can be recognised too.
 **Identity.** Every value names a tensor: a fresh one, or for a definite view, the view ``key``
 (:meth:`InplaceRules.view_key`: op and arguments) of its operand's tensor; a rewritten ``y`` names ``x``'s tensor.
 ``t(t(x))`` is ``x`` again (:meth:`InplaceRules.unview` with no base operand). A may-view (``reshape``) is a fresh
-tensor here: it might copy.
+tensor here: it might copy. ``clone`` has the in-place form ``alias`` (ATen rules): a copy of storage nobody reads
+again is that storage, so an op run on a private copy (``functionalize``'s rule for opaque ops) runs on the original
+again.
 
 Soundness rests on one invariant, kept by condition 3: every instruction that runs reads operands that hold their
 functional values. Everything else (instruction order, resources, opaque ops) is untouched, so resource order is
@@ -42,8 +44,9 @@ kept. The result is a :class:`~effects.program.Program` with writes; :class:`Rei
 rewritten and removed, and why each other candidate was kept.
 
 Cost: linear. One alias pass, one backward pass (strides/storage sensitivity) and one forward pass; a candidate
-scans the later uses of its storage up to the first that is not a no-op scatter (each scatter is absorbed once),
-and an identity is derived in O(depth of its view chain).
+scans the later reads of its storage (taking a view is not a read) up to the first that is not a scatter becoming a
+no-op, and each such scatter is absorbed by the one rewrite whose result it re-embeds; an identity is derived in
+O(depth of its view chain).
 """
 
 from __future__ import annotations
@@ -146,11 +149,17 @@ class Rewrite(NamedTuple):
 
 class Note(NamedTuple):
     """Instruction ``index`` of the functional program (``-1`` and ``None``: an epilogue copy), and ``why`` it was
-    removed or kept."""
+    removed or kept: ``reason``, completed by the instruction that reads the storage later, if that is the reason
+    (formatted only when asked for)."""
 
     index: int
     instruction: Instruction | None
-    why: str
+    reason: str
+    reader: tuple[int, Instruction] | None = None
+
+    @property
+    def why(self) -> str:
+        return self.reason if self.reader is None else f"{self.reason} [{self.reader[0]}] {self.reader[1]}"
 
     def __str__(self) -> str:
         return self.why if self.instruction is None else f"[{self.index}] {self.instruction}: {self.why}"
@@ -169,6 +178,14 @@ class ReinplaceReport:
         sections = (("rewritten", self.rewritten), ("removed", self.removed), ("kept", self.kept))
         return "\n".join(f"{title}:\n" + "".join(f"  {entry}\n" for entry in entries)
                          for title, entries in sections if entries).rstrip()
+
+
+class _Later(NamedTuple):
+    """Why a candidate is kept: instruction ``index`` reads ``x``'s storage after the write."""
+
+    x: Value
+    index: int
+    instruction: Instruction
 
 
 class _View(NamedTuple):
@@ -236,6 +253,12 @@ class _Facts:
         return None if source is None or isinstance(inst.inputs[source], (Const, tuple)) else source
 
 
+def _tail(items: list[int], start: int) -> Iterator[int]:
+    """``items[start:]`` without copying it."""
+    for k in range(start, len(items)):
+        yield items[k]
+
+
 @lru_cache(maxsize=4096)
 def _overlapping(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Whether some two indices may share a memory location (exact for dense and sliced layouts; other layouts
@@ -265,12 +288,23 @@ class _Reinplace:
         self.members: dict[int, list[int]] = {}
         """Dynamic root -> its static classes that may still have uses (default: the root alone)."""
         self.uses: list[list[int]] = [[] for _ in range(count)]
+        """Static class -> the instructions that read it (taking a definite view of it does not count)."""
         self.next_use = [0] * count
         self.definer: dict[Value, int] = {}
-        self.facts: dict[int, tuple[Effects, _Facts]] = {}
+        by_effects: dict[int, tuple[Effects, _Facts]] = {}
+        self.facts: list[_Facts] = []
+        """Per instruction, the facts of its effects (computed once per distinct :class:`Effects` object)."""
         klass, all_uses, definer = self.klass, self.uses, self.definer
         for i, inst in enumerate(self.insts):
-            for operand in inst.inputs:
+            eff = effects[i]
+            entry = by_effects.get(id(eff))
+            if entry is None:
+                entry = by_effects[id(eff)] = (eff, _Facts(eff))  # keep eff alive so its id stays unique
+            self.facts.append(entry[1])
+            viewed = entry[1].viewed.values()
+            for k, operand in enumerate(inst.inputs):
+                if k in viewed and not isinstance(operand, tuple):
+                    continue  # taking a view reads nothing; the view's own uses are uses of the same storage
                 for v in operand if isinstance(operand, tuple) else (operand,):
                     if not isinstance(v, Const):
                         uses = all_uses[klass[v]]
@@ -343,8 +377,11 @@ class _Reinplace:
                 found = by_op[id(inst.op)] = (inst.op, self.rules.layout(inst))
             layout = found[1]
             layouts.append(layout)
-            by_strides = next((strides[o] for o in inst.outputs if o in strides),
-                              j if layout is not Layout.AGNOSTIC else None)
+            by_strides = j if layout is not Layout.AGNOSTIC else None
+            for o in inst.outputs:
+                if o in strides:
+                    by_strides = strides[o]
+                    break
             by_storage = self._storage_positions(inst, eff, layout, storage, j)
             if by_strides is None and not by_storage:
                 continue
@@ -373,13 +410,6 @@ class _Reinplace:
                 if alias.output == j_out and not alias.of_output:
                     found.setdefault(alias.operand, reader)
         return found
-
-    def facts_of(self, j: int) -> _Facts:
-        eff = self.effects[j]
-        entry = self.facts.get(id(eff))
-        if entry is None:
-            entry = self.facts[id(eff)] = (eff, _Facts(eff))  # keep eff alive so its id stays unique
-        return entry[1]
 
     def unview(self, j: int) -> Unview | None:
         if j not in self.unviews:
@@ -425,7 +455,7 @@ class _Reinplace:
         if d <= self.position or d in self.removed:
             return value
         inst = self.insts[d]
-        found = self._view_ident(inst, self.facts_of(d), inst.outputs.index(value), value,
+        found = self._view_ident(inst, self.facts[d], inst.outputs.index(value), value,
                                  lambda v: self.ident_of(self.resolve(v), tentative), d)
         if tentative is not None:
             tentative[value] = found
@@ -472,7 +502,7 @@ class _Reinplace:
             if lazy is not None and self.relocation_refusal(inst.outputs[0], lazy[1]) is None:
                 self.absorb(i, inst, lazy[0], lazy[1], "a no-op: it re-embeds a view of its base")
                 continue
-            facts = self.facts_of(i)
+            facts = self.facts[i]
             self.out.append(self.candidate(i, inst) if facts.candidate and inst.inputs else inst)
             if facts.viewed:
                 self.define(inst, facts)
@@ -532,7 +562,8 @@ class _Reinplace:
         else:
             why = self.refusal(i, inst, xs)
         if why:
-            self.kept.append(Note(i, inst, why))
+            self.kept.append(Note(i, inst, why) if isinstance(why, str) else
+                             Note(i, inst, f"{why.x}'s storage is read later by", (why.index, why.instruction)))
             return inst
         for x, y in zip(xs, inst.outputs):
             if y not in twin.outputs:
@@ -540,7 +571,7 @@ class _Reinplace:
         self.rewritten.append(Rewrite(i, inst, twin))
         return twin
 
-    def refusal(self, i: int, inst: Instruction, xs: tuple[Value, ...]) -> str:
+    def refusal(self, i: int, inst: Instruction, xs: tuple[Value, ...]) -> str | _Later:
         """Why ``inst`` must stay functional ("" if it may be rewritten; then the rewrite is committed)."""
         pairs = tuple(zip(xs, inst.outputs))
         for x, y in pairs:
@@ -601,7 +632,8 @@ class _Reinplace:
         return None
 
     def walk(self, i: int, x: Value, y: Value, tentative: dict[Value, Hashable],
-             absorbed: list[tuple[int, Instruction, Hashable, Value]], merges: list[tuple[int, list[int]]]) -> str:
+             absorbed: list[tuple[int, Instruction, Hashable, Value]],
+             merges: list[tuple[int, list[int]]]) -> str | _Later:
         """Check that overwriting ``x``'s storage at ``i`` with ``y`` is unobservable (conditions 3 and the
         epilogue); record the scatters that become no-ops and the classes that join ``x``'s storage."""
         root = self.storage_of(x)
@@ -611,13 +643,11 @@ class _Reinplace:
         new = [self.klass[y]]
         for j in self.later_uses(root, i):
             inst = self.renamed(self.insts[j])
-            if self.only_views(j, inst, root):
-                continue
             hit = self.no_op(j, inst, tentative)
             out = inst.outputs[0] if hit is not None else None
             why = self.relocation_refusal(out, hit[1]) if hit is not None else None
             if hit is None or why:
-                return why or f"{x}'s storage is read later by [{j}] {inst}"
+                return why or _Later(x, j, inst)
             tentative[out] = hit[0]
             absorbed.append((j, inst, hit[0], hit[1]))
             new.append(self.klass[out])
@@ -639,22 +669,18 @@ class _Reinplace:
             if k < len(uses):
                 live.append(c)
         self.members[root] = live
+        removed = self.removed
         if len(live) == 1:
             uses = self.uses[live[0]]
-            positions: Iterable[int] = (uses[k] for k in range(self.next_use[live[0]], len(uses)))
-        else:
-            positions = dict.fromkeys(heapq.merge(*(self.uses[c][self.next_use[c]:] for c in live)))
-        return (j for j in positions if j not in self.removed)
-
-    def only_views(self, j: int, inst: Instruction, root: int) -> bool:
-        """Whether instruction ``j`` uses storage ``root`` only as the operand of definite views (their results'
-        uses are uses of the same storage, checked on their own)."""
-        facts = self.facts_of(j)
-        if not facts.viewed:
-            return False
-        viewed = {facts.viewed_operand(inst, k) for k in range(len(inst.outputs))}
-        return all(k in viewed for k, operand in enumerate(inst.inputs)
-                   for v in operand_values(operand) if self.storage_of(v) == root)
+            for k in range(self.next_use[live[0]], len(uses)):
+                if uses[k] not in removed:
+                    yield uses[k]
+            return
+        last = -1
+        for j in heapq.merge(*(_tail(self.uses[c], self.next_use[c]) for c in live)):
+            if j != last and j not in removed:
+                yield j
+            last = j
 
     def epilogue_refusal(self, x: Value, root: int, new: list[int], tentative: dict[Value, Hashable]) -> str:
         """With an input's storage overwritten, its epilogue copy must either become a self-copy or overwrite
