@@ -175,9 +175,12 @@ class ReinplaceReport:
     kept: tuple[Note, ...]
 
     def __str__(self) -> str:
-        sections = (("rewritten", self.rewritten), ("removed", self.removed), ("kept", self.kept))
-        return "\n".join(f"{title}:\n" + "".join(f"  {entry}\n" for entry in entries)
-                         for title, entries in sections if entries).rstrip()
+        lines: list[str] = []
+        for title, entries in (("rewritten", self.rewritten), ("removed", self.removed), ("kept", self.kept)):
+            if entries:
+                lines.append(f"{title}:")
+                lines.extend(f"  {entry}" for entry in entries)
+        return "\n".join(lines)
 
 
 class _Later(NamedTuple):
