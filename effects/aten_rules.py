@@ -174,7 +174,8 @@ class AtenRules(Rules, InplaceRules):
             targets = tuple(new_values[(k, e)] for k in outs for e in range(_count(inst.inputs[k])))
         else:  # X_(self, ...) -> self's new value(s) = X(self, ...)
             kept = inputs
-            targets = tuple(new_values[key] for key in sorted(new_values))
+            targets = (tuple(new_values.values()) if len(new_values) == 1 else
+                       tuple(new_values[key] for key in sorted(new_values)))
         return [Instruction(twin, kept, targets, self._effects(twin, inst))]
 
     def replay(self, index: int, inst: Instruction, output: int, inputs: tuple[Any, ...],

@@ -367,9 +367,9 @@ class _Walk:
         fresh = self.fresh_outputs
         for j, value in enumerate(inst.outputs):
             positions = [k for k, may in plan.views.get(j, ()) if not (may and (index, j) in fresh)]
-            handed_back = [k for k in positions if k in plan.written_set and _single(inst.inputs[k])]
-            if handed_back:
-                self.nodes[value] = self.nodes[inst.inputs[handed_back[0]]]
+            back = next((k for k in positions if k in plan.written_set and _single(inst.inputs[k])), None)
+            if back is not None:
+                self.nodes[value] = self.nodes[inst.inputs[back]]
                 continue
             node = self.root(value)
             if plan.opaque or j in plan.of_output:
@@ -402,8 +402,12 @@ class _Walk:
                 self.tainted[self.nodes[v].root] = why
 
     def writer(self, index: int, inst: Instruction, plan: _Plan) -> None:
-        written = [((k, e), v) for k in plan.written for e, v in enumerate(_values(inst.inputs[k]))]
-        targets = {key: self.fresh(self.nodes[v].name) for key, v in written}
+        written: list[tuple[tuple[int, int], Value]] = []
+        targets: dict[tuple[int, int], Value] = {}
+        for k in plan.written:
+            for e, v in enumerate(_values(inst.inputs[k])):
+                written.append(((k, e), v))
+                targets[(k, e)] = self.fresh(self.nodes[v].name)
         inputs = self.operand_tuple(inst)
         form = None if plan.opaque else self.rules.functional(index, inst, inputs, targets)
         if form is None:
