@@ -13,8 +13,9 @@ each one, checks against eager execution of the original:
   may lay values out differently, and layouts change rounding).
 
 It prints a progress bar, then one summary line (programs, schedules, partitions, DCE and round trips checked,
-in-place rewrites made by reinplacing, mismatches, programs per second) and exits 1 on a mismatch after printing Hypothesis's shrunk counterexample as runnable
-Python. :func:`fuzz` is the same loop as a function (the planted-bug quality suite uses it).
+in-place rewrites made by reinplacing, mismatches, programs per second) and exits 1 on a mismatch after printing
+Hypothesis's shrunk counterexample as runnable Python. :func:`fuzz` is the same loop as a function (the planted-bug
+quality suite uses it).
 """
 
 from __future__ import annotations

@@ -237,9 +237,10 @@ def _meta(meta: Mapping[Value, ValueMeta | tuple[object, ...]], value: Value) ->
 class _Facts:
     """What the pass needs from one distinct :class:`Effects` (computed once per object)."""
 
-    __slots__ = ("candidate", "viewed")
+    __slots__ = ("candidate", "viewed", "opaque")
 
     def __init__(self, eff: Effects) -> None:
+        self.opaque = eff.opaque
         self.candidate = not (eff.opaque or eff.written or eff.aliases)
         """Reads only and returns fresh tensors (the in-place form of a view changes metadata, not values)."""
         sources: dict[int, list[int]] = {}
@@ -481,7 +482,8 @@ class _Reinplace:
         meta = _meta(self.meta, value)
         return value if key is None or meta is None else _View(parent, key, meta.shape)
 
-    def no_op(self, j: int, inst: Instruction, tentative: dict[Value, Hashable] | None) -> tuple[Hashable, Value] | None:
+    def no_op(self, j: int, inst: Instruction,
+              tentative: dict[Value, Hashable] | None) -> tuple[Hashable, Value] | None:
         """``(identity, base)`` if instruction ``j`` is a scatter of a view of its base back into that base."""
         undo = self.unview(j)
         if undo is None or undo.base is None or len(inst.outputs) != 1:
@@ -507,7 +509,7 @@ class _Reinplace:
                 continue
             facts = self.facts[i]
             self.out.append(self.candidate(i, inst) if facts.candidate and inst.inputs else inst)
-            if facts.viewed:
+            if facts.viewed or facts.opaque:
                 self.define(inst, facts)
         self.position = len(self.insts)
         for a, fa in self.f.epilogue:
@@ -533,8 +535,11 @@ class _Reinplace:
         return inst if inputs == inst.inputs else Instruction(inst.op, inputs, inst.outputs, inst.effects, inst.attrs)
 
     def define(self, inst: Instruction, facts: _Facts) -> None:
-        """Identities (and possible overlap) of the views ``inst`` (at :attr:`position`) defines."""
+        """Identities (and possible overlap) of the views ``inst`` (at :attr:`position`) defines; what an opaque op
+        returns may overlap."""
         for j, value in enumerate(inst.outputs):
+            if facts.opaque:
+                self.overlaps.add(value)
             if value in self.ident:
                 continue
             found = self._view_ident(inst, facts, j, value, self.ident_of, self.position)
@@ -624,14 +629,13 @@ class _Reinplace:
         reader = self.storage_read.get(value)
         if reader is not None:
             return f"{value} would move into {into}'s storage, and [{reader}] {self.insts[reader]} depends on storage"
-        if value not in self.strides_read:
+        reader = self.strides_read.get(value)
+        if reader is None:
             return None
         mv, mi = mv or _meta(self.meta, value), mi or _meta(self.meta, into)
         if mv is None or mi is None or mv.strides is None or mv.strides != mi.strides:
-            reader = self.strides_read.get(value)
-            if reader is not None:
-                return (f"{value} would take {into}'s strides, and [{reader}] {self.insts[reader]} depends on the "
-                        "strides of what is computed from it")
+            return (f"{value} would take {into}'s strides, and [{reader}] {self.insts[reader]} depends on the strides "
+                    "of what is computed from it")
         return None
 
     def walk(self, i: int, x: Value, y: Value, tentative: dict[Value, Hashable],

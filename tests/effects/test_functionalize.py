@@ -105,7 +105,8 @@ def test_a_view_of_a_view_input_written_updates_its_base_through_input_views() -
 def test_writing_aliased_inputs_without_input_views_raises_naming_the_instruction() -> None:
     c = case(I(aten.mul.Tensor, "b", "b", out="m"), I(aten.add_.Tensor, "c", "b", out="c1"),
              inputs={"a": (2, 3), "b": (3, 2), "c": ("a", Recipe.T)})
-    with pytest.raises(FunctionalizationError, match=r"(?s)instruction 1 \(c1 = aten::add_\.Tensor\(c, b\)\).*input_views"):
+    with pytest.raises(FunctionalizationError,
+                       match=r"(?s)instruction 1 \(c1 = aten::add_\.Tensor\(c, b\)\).*input_views"):
         functionalize(c.program, ATEN)
 
 
@@ -174,21 +175,24 @@ def test_writing_the_result_of_an_opaque_op_raises_naming_the_instruction() -> N
 
 
 def test_a_metadata_mutation_raises_naming_the_instruction() -> None:
-    with pytest.raises(FunctionalizationError, match=r"(?s)instruction 0 \(x1 = aten::t_\(x\)\).*out-of-place op \(t\)"):
+    with pytest.raises(FunctionalizationError,
+                       match=r"(?s)instruction 0 \(x1 = aten::t_\(x\)\).*out-of-place op \(t\)"):
         functionalize(Program((I(aten.t_.default, "x", out="x1"),), ("x",)), ATEN)
 
 
 def test_writing_an_expanded_view_raises_naming_the_instruction() -> None:
     program = Program((I(aten.expand.default, "x", [2, 3], out="e"), I(aten.add_.Tensor, "e", "b", out="e1")),
                       ("x", "b"))
-    with pytest.raises(FunctionalizationError, match=r"(?s)instruction 1 \(e1 = aten::add_\.Tensor\(e, b\)\).*aten::expand\(x, \(2, 3\)\).*expanded"):
+    with pytest.raises(FunctionalizationError, match=r"(?s)instruction 1 \(e1 = aten::add_\.Tensor\(e, b\)\)"
+                                                     r".*aten::expand\(x, \(2, 3\)\).*expanded"):
         functionalize(program, ATEN)
 
 
 def test_a_write_through_a_view_without_an_inverse_raises_naming_the_view() -> None:
     program = Program((I(aten.unfold.default, "x", 0, 2, 2, out="w"), I(aten.add_.Tensor, "w", "b", out="w1")),
                       ("x", "b"))
-    with pytest.raises(FunctionalizationError, match=r"(?s)instruction 1 \(w1 = aten::add_\.Tensor\(w, b\)\).*aten::unfold\(x, 0, 2, 2\).*no view-inverse"):
+    with pytest.raises(FunctionalizationError, match=r"(?s)instruction 1 \(w1 = aten::add_\.Tensor\(w, b\)\)"
+                                                     r".*aten::unfold\(x, 0, 2, 2\).*no view-inverse"):
         functionalize(program, ATEN)
 
 
@@ -210,7 +214,8 @@ def test_a_rule_that_defines_the_wrong_values_raises_naming_the_instruction() ->
         def functional(self, index, inst, inputs, new_values):  # type: ignore[no-untyped-def]
             return [Instruction(aten.add.Tensor, inputs, ("oops",))]
 
-    with pytest.raises(FunctionalizationError, match=r"(?s)instruction 0 \(x1 = aten::add_\.Tensor\(x, b\)\) must define"):
+    with pytest.raises(FunctionalizationError,
+                       match=r"(?s)instruction 0 \(x1 = aten::add_\.Tensor\(x, b\)\) must define"):
         functionalize(Program((I(aten.add_.Tensor, "x", "b", out="x1"),), ("x", "b")), Forgetful())
 
 

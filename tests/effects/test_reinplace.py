@@ -72,7 +72,8 @@ def test_storage_read_later_blocks_the_rewrite_and_keeps_the_copy() -> None:
     program, report = reinplace(Functionalized(functional, (("x", "x1"),), ()), ATEN, meta)
     assert lines(program) == ["x1 = aten::add.Tensor(x, b)", "m = aten::mul.Tensor(x, b)",
                               "aten::copy_(x, x1)", "return (m)"]
-    assert reasons(report)["x1 = aten::add.Tensor(x, b)"] == "x's storage is read later by [1] m = aten::mul.Tensor(x, b)"
+    assert reasons(report)["x1 = aten::add.Tensor(x, b)"] == (
+        "x's storage is read later by [1] m = aten::mul.Tensor(x, b)")
 
 
 def test_an_input_is_not_overwritten_by_a_value_its_epilogue_copy_would_clobber() -> None:

@@ -3,7 +3,8 @@
 Each :class:`PlantedBug` is a context manager factory that patches exactly one rule of :mod:`effects.graph`,
 :mod:`effects.alias` or :mod:`effects.dce` (the builder and DCE look their rules up at call time) and restores it
 on exit. :data:`PLANTED_ROUND_TRIP` plants bugs in functionalization and reinplacing instead; the round trip alone
-(:func:`hunt_round_trip`) must find them. ``python tests/quality/planted_bugs.py [--budget N] [--seed S]`` prints the caught/planted table.
+(:func:`hunt_round_trip`) must find them. ``python tests/quality/planted_bugs.py [--budget N] [--seed S]`` prints
+the caught/planted table.
 """
 
 from __future__ import annotations
