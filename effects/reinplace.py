@@ -53,9 +53,9 @@ from __future__ import annotations
 
 import enum
 import heapq
-from functools import lru_cache
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from .alias import StorageClasses
