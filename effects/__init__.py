@@ -11,6 +11,8 @@ The core is framework-neutral (standard library + torch for schemas) and never i
 * :mod:`effects.alias`, :mod:`effects.graph` — storage classes and the typed dependency graph (RAW/WAR/WAW/ORDER/...).
 * :mod:`effects.dce`, :mod:`effects.schedule`, :mod:`effects.partition`, :mod:`effects.verify` — passes on the graph.
 * :mod:`effects.check` — run an op on samples and report where it contradicts its declaration.
+* :mod:`effects.functionalize`, :mod:`effects.reinplace` — the program without writes (for value transforms) and
+  the way back to in-place kernels; :mod:`effects.aten_rules` holds the rules for ATen ops (imports torch).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ from .model import (
 )
 from .functionalize import Functionalized, Rules, functionalize
 from .graph import HAZARD_RULES, DependencyGraph, Edge, EdgeKind
+from .functionalize import Functionalized, Rules, functionalize
+from .reinplace import InplaceRules, Layout, ReinplaceReport, Unview, ValueMeta, reinplace
 from .partition import Partitioning, Region, apply_partition, check_partition, partition, region_effects
 from .program import Const, Instruction, Program
 from .registry import Declaration, Registration, Registry, Resolution, default_registry
@@ -73,8 +77,10 @@ __all__ = [
     # dependency graph and passes
     "StorageClasses", "EdgeKind", "Edge", "DependencyGraph", "HAZARD_RULES", "live_instructions", "dce",
     "toposort", "check_order", "is_valid_order", "random_order", "reorder",
-    "functionalize", "Functionalized", "Rules",
     "Region", "Partitioning", "partition", "region_effects", "apply_partition", "check_partition", "verify",
+    # functionalization and its way back
+    "functionalize", "Functionalized", "Rules", "reinplace", "InplaceRules", "ReinplaceReport", "ValueMeta",
+    "Unview", "Layout",
     # errors
     "EffectError", "InvalidDeclaration", "UnknownOperandError", "OperandOutOfRangeError", "NonTensorWriteError",
     "MissingOutputError", "ConflictingDeclarationError", "UndeclaredOpError", "ProgramError",

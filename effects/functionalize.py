@@ -50,12 +50,11 @@ copy (or writes its input and reads the copy) gets view semantics — the choice
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import FunctionalizationError
-from .graph import resolve_effects
+from .graph import gc_paused, resolve_effects
 from .model import Effects
 from .program import Const, Instruction, Program, format_window
 from .registry import Registry
@@ -72,9 +71,11 @@ class Functionalized:
 
     ``program`` has the original inputs and returns the functional values of the original returns (in order).
     ``epilogue`` lists ``(input, final value)`` for every input whose storage the original program wrote, in
-    input order, then ``(synthetic base, final value)`` for written synthetic bases of ``input_views``; applying it (copying each final value into its input, after the program) leaves the inputs as the
-    original program would. ``origin[k]`` names the original instruction emitted instruction ``k`` was derived
-    from and how (``"keep"``, ``"functional"``, ``"replay"``, ``"scatter"``, ``"commit"``, ``"clone"``, ``"run"``).
+    input order, then ``(synthetic base, final value)`` for written synthetic bases of ``input_views``; applying
+    it (copying each final value into its input, after the program) leaves the inputs as the original program
+    would. ``origin[k]`` names the original instruction emitted instruction ``k`` was derived from and how
+    (``"keep"``, ``"functional"``, ``"replay"``, ``"scatter"``, ``"commit"``, ``"clone"``, ``"run"``; a negative
+    index is an input view).
     """
 
     program: Program
@@ -143,25 +144,59 @@ class Rules:
         )
 
     def keep(self, index: int, inst: Instruction, inputs: tuple[Operand, ...]) -> Instruction:
-        """``inst`` unchanged but for its renamed ``inputs`` (ops that read only)."""
-        return dataclasses.replace(inst, inputs=inputs)
+        """``inst`` unchanged but for its renamed ``inputs`` (ops that read only; called only when an operand was
+        renamed, and for ops run on private copies)."""
+        return Instruction(inst.op, inputs, inst.outputs, inst.effects, inst.attrs)
 
 
 def _unused(name: Value, j: int) -> Value:
     return f"{name}#{j}"
 
 
-@dataclass(slots=True)
 class _Node:
-    """A value of a view tree: its parent (``None`` for a root) and how it is made from it, and its current
-    functional value at which version of its root."""
+    """A value of a view tree: its canonical name, its root, its parent (``None`` for a root) and how it is made
+    from it, and its current functional value at which version of its root. A root's ``version`` is the version
+    of its tree, so a node is current iff ``version == top.version``."""
 
-    root: Value
-    parent: Value | None = None
-    view: tuple[int, int, int] = (-1, -1, -1)
-    """``(instruction index, output index, operand position of the parent)``."""
-    current: Value | None = None
-    version: int = 0
+    __slots__ = ("name", "root", "top", "parent", "view", "current", "version")
+
+    def __init__(self, name: Value) -> None:
+        self.name = name
+        self.root = name
+        self.top = self
+        self.parent: _Node | None = None
+        self.view = (-1, -1, -1)
+        """``(instruction index, output index, operand position of the parent)``."""
+        self.current = name
+        self.version = 0
+
+
+class _Plan:
+    """What the walk needs from one distinct :class:`Effects` (computed once per object, not per instruction)."""
+
+    __slots__ = ("opaque", "written", "written_set", "views", "of_output", "handed_back", "simple", "back")
+
+    def __init__(self, eff: Effects) -> None:
+        self.opaque = eff.opaque
+        self.written = tuple(sorted(eff.written))
+        self.written_set = frozenset(self.written)
+        self.views: dict[int, list[tuple[int, bool]]] = {}
+        """Output -> ``(operand, may)`` for every alias of an operand (in the effects' own order)."""
+        self.of_output: set[int] = set()
+        if not eff.opaque:
+            for alias in eff.aliases:
+                if alias.of_output:
+                    self.of_output.add(alias.output)
+                else:
+                    self.views.setdefault(alias.output, []).append((alias.operand, alias.may))
+        self.handed_back = frozenset(o for o, ops in self.views.items() if any(k in self.written_set for k, _ in ops))
+        """Outputs that are a written operand handed back (``add_`` returns ``self``)."""
+        self.simple = not (self.opaque or self.written or self.views or self.of_output)
+        """Reads only, and every output is fresh."""
+        definite = not any(may for ops in self.views.values() for _, may in ops)
+        self.back = {o: next(k for k, _ in ops if k in self.written_set) for o, ops in self.views.items()
+                     if o in self.handed_back} if definite and not self.of_output else None
+        """Output -> the written operand it hands back, when that never depends on ``fresh_outputs``."""
 
 
 class _Walk:
@@ -174,21 +209,23 @@ class _Walk:
         self.effects = effects
         self.rules = rules
         self.nodes: dict[Value, _Node] = {}
-        self.same: dict[Value, Value] = {}
-        """Outputs that name a written operand (``add_`` returns ``self``) -> that operand's value."""
-        self.root_version: dict[Value, int] = {}
+        """Every value -> its node; an output that names a written operand (``add_`` returns ``self``) maps to
+        that operand's node."""
         self.tainted: dict[Value, str] = {}
         """Roots whose storage an opaque result may alias -> a description of that op (for the error)."""
         self.shared: dict[Value, frozenset[Value]] = {}
         """Roots of inputs that share storage at run time with other roots (no ``input_views`` for them)."""
-        self.synthetic: list[Value] = []
-        """Values ``input_views`` define besides inputs (synthetic bases): roots written back by the caller."""
         self.view_instructions: list[Instruction] = []
         """``input_views`` as placed; view step index ``-1 - k`` is the ``k``-th."""
+        self.commits = type(rules).commit is not Rules.commit
+        self.synthetic: list[Value] = []
+        """Values ``input_views`` define besides inputs (synthetic bases): roots written back by the caller."""
         self.out: list[Instruction] = []
         self.origin: list[tuple[str, int]] = []
         self.counter = 0
-        self.taken = {v for inst in program.instructions for v in inst.outputs} | set(program.inputs)
+        self.taken = {v for inst in program.instructions for v in inst.outputs}
+        self.taken.update(program.inputs)
+        self.plans: dict[int, tuple[Effects, _Plan]] = {}
 
     # --- names and emission ------------------------------------------------------------------------------------
     def fresh(self, value: Value) -> Value:
@@ -207,28 +244,34 @@ class _Walk:
         """Instruction ``index`` of the program, or input view ``-1 - index`` for a negative index."""
         return self.program.instructions[index] if index >= 0 else self.view_instructions[-1 - index]
 
-    def root(self, value: Value) -> None:
-        self.nodes[value] = _Node(value, current=value)
-        self.root_version[value] = 0
+    def root(self, value: Value) -> _Node:
+        if value in self.nodes:
+            self.program.check()  # raises DuplicateDefinitionError naming the instruction
+        node = self.nodes[value] = _Node(value)
+        return node
 
-    def canon(self, value: Value) -> Value:
-        return self.same.get(value, value)
+    def plan(self, index: int) -> _Plan:
+        eff = self.effects[index]
+        entry = self.plans.get(id(eff))
+        if entry is None:
+            entry = self.plans[id(eff)] = (eff, _Plan(eff))  # keep eff alive so its id stays unique
+        return entry[1]
 
     # --- reading -----------------------------------------------------------------------------------------------
     def current(self, value: Value) -> Value:
         """The functional value of ``value`` now, replaying its view chain if a write made it stale."""
-        node = self.nodes[self.canon(value)]
-        version = self.root_version[node.root]
-        if node.version == version and node.current is not None:
+        return self.current_of(self.nodes[value])
+
+    def current_of(self, node: _Node) -> Value:
+        if node.version == node.top.version:
             return node.current
-        assert node.parent is not None, "a root is always current"
-        parent = self.current(node.parent)
+        parent = self.current_of(node.parent)  # type: ignore[arg-type]  # a root is always current
         index, output, position = node.view
         inst = self.instruction(index)
         inputs = tuple(_swap(op, parent) if k == position else self.operand(op) for k, op in enumerate(inst.inputs))
         name = self.fresh(inst.outputs[output])
         self.emit(self.rules.replay(index, inst, output, inputs, name), "replay", index)
-        node.current, node.version = name, version
+        node.current, node.version = name, node.top.version
         return name
 
     def operand(self, operand: Operand) -> Operand:
@@ -238,47 +281,67 @@ class _Walk:
             return tuple(v if isinstance(v, Const) else self.current(v) for v in operand)
         return self.current(operand)
 
-    def path_to_root(self, value: Value) -> list[Value]:
-        path = [self.canon(value)]
-        while self.nodes[path[-1]].parent is not None:
-            path.append(self.nodes[path[-1]].parent)
-        return path
+    def operand_tuple(self, inst: Instruction) -> tuple[Operand, ...]:
+        """The operands renamed to their current values; ``inst.inputs`` itself if none changed."""
+        get = self.nodes.get
+        inputs = []
+        for op in inst.inputs:
+            node = get(op)  # None for a Const or a list operand: neither is ever a value
+            if node is None:
+                inputs.append(self.operand(op))
+            elif node.version == node.top.version:
+                inputs.append(node.current)
+            else:
+                inputs.append(self.current_of(node))
+        renamed = tuple(inputs)
+        return inst.inputs if renamed == inst.inputs else renamed
 
     # --- writing -----------------------------------------------------------------------------------------------
     def write(self, value: Value, new: Value, index: int) -> None:
         """``value`` now holds ``new``: scatter it up to the root and move the root's version on."""
-        path = self.path_to_root(value)
-        root = path[-1]
-        self.check_untainted(root, index)
+        node = self.nodes[value]
+        top = node.top
+        if self.shared or self.tainted:
+            self.check_untainted(top.name, index)
+        if node is top:
+            top.current, top.version = self.commit(index, top, top.current, new), top.version + 1
+            return
+        path = [node]
+        while path[-1].parent is not None:
+            path.append(path[-1].parent)  # type: ignore[arg-type]
         # the ancestors' values *before* this write, taken before anything changes
-        befores = [self.current(v) for v in path[1:]]
+        befores = [self.current_of(v) for v in path[1:]]
         values = [new]
         for child, before in zip(path, befores):
-            view_index, output, _ = self.nodes[child].view
-            name = self.fresh(self.nodes[child].parent)  # type: ignore[arg-type]
-            for inst in self.rules.scatter(view_index, self.instruction(view_index), output, before,
-                                           values[-1], name):
+            view_index, output, _ = child.view
+            name = self.fresh(child.parent.name)  # type: ignore[union-attr]
+            try:
+                scattered = self.rules.scatter(view_index, self.instruction(view_index), output, before,
+                                               values[-1], name)
+            except FunctionalizationError as exc:
+                raise FunctionalizationError(
+                    f"instruction {index} ({self.program.instructions[index]}) writes through a view that cannot be "
+                    f"written back: {exc}\n{format_window(self.program, index)}"
+                ) from None
+            for inst in scattered:
                 self.emit(inst, "scatter", view_index)
             values.append(name)
-        values[-1] = self.commit(index, root, befores[-1] if befores else self.nodes[root].current, values[-1])
-        version = self.root_version[root] + 1
-        self.root_version[root] = version
+        values[-1] = self.commit(index, top, befores[-1], values[-1])
+        version = top.version + 1
         for v, current in zip(path, values):
-            node = self.nodes[v]
-            node.current, node.version = current, version
+            v.current, v.version = current, version
 
-    def replace_root(self, root: Value, before: Value, new: Value, index: int) -> None:
-        """Root ``root``'s storage now holds ``new`` (a private copy an op wrote): every view is stale."""
-        new = self.commit(index, root, before, new)
-        version = self.root_version[root] + 1
-        self.root_version[root] = version
-        node = self.nodes[root]
-        node.current, node.version = new, version
+    def replace_root(self, top: _Node, before: Value, new: Value, index: int) -> None:
+        """A root's storage now holds ``new`` (a private copy an op wrote): every view is stale."""
+        top.current, top.version = self.commit(index, top, before, new), top.version + 1
 
-    def commit(self, index: int, root: Value, before: Value, after: Value) -> Value:
-        """The root's value after instruction ``index`` wrote it, through :meth:`Rules.commit`."""
-        name = self.fresh(root)
-        emitted = self.rules.commit(index, self.program.instructions[index], root, before, after, name)
+    def commit(self, index: int, top: _Node, before: Value, after: Value) -> Value:
+        """The root's value after instruction ``index`` wrote it, through :meth:`Rules.commit` (asked only when the
+        rules override it, so that other rules' programs are numbered as if the hook did not exist)."""
+        if not self.commits:
+            return after
+        name = self.fresh(top.name)
+        emitted = self.rules.commit(index, self.program.instructions[index], top.name, before, after, name)
         if emitted is None:
             return after
         for inst in emitted:
@@ -307,45 +370,56 @@ class _Walk:
             )
 
     # --- instructions ------------------------------------------------------------------------------------------
-    def step(self, index: int, inst: Instruction) -> None:
-        eff = self.effects[index]
-        written = sorted(eff.written)
-        if eff.opaque or written:
-            self.writer(index, inst, eff, written)
+    def step(self, index: int, inst: Instruction, eff: Effects) -> None:
+        entry = self.plans.get(id(eff))
+        plan = entry[1] if entry is not None else self.plan(index)
+        if plan.opaque or plan.written:
+            self.writer(index, inst, plan)
             return
-        self.emit(self.rules.keep(index, inst, self.operand_tuple(inst)), "keep", index)
-        self.define_outputs(index, inst, eff, frozenset())
+        inputs = self.operand_tuple(inst)
+        self.out.append(inst if inputs is inst.inputs else self.rules.keep(index, inst, inputs))
+        self.origin.append(("keep", index))
+        if plan.simple:
+            nodes = self.nodes
+            for value in inst.outputs:
+                if value in nodes:
+                    self.program.check()  # raises DuplicateDefinitionError naming the instruction
+                nodes[value] = _Node(value)
+        else:
+            self.define_outputs(index, inst, plan)
 
-    def operand_tuple(self, inst: Instruction) -> tuple[Operand, ...]:
-        return tuple(self.operand(op) for op in inst.inputs)
-
-    def define_outputs(self, index: int, inst: Instruction, eff: Effects, written: frozenset[int]) -> None:
+    def define_outputs(self, index: int, inst: Instruction, plan: _Plan) -> None:
         """Place ``inst``'s outputs: a written operand handed back names that operand; a view of a single tensor
         operand joins its tree; anything else is a new root (tainted if it may alias something unknown)."""
-        parents: dict[int, list[int]] = {}
-        if not eff.opaque:
-            for alias in eff.aliases:
-                if not alias.of_output and not (alias.may and (index, alias.output) in self.fresh_outputs):
-                    positions = parents.setdefault(alias.output, [])
-                    if alias.operand not in positions:  # a definite and a may alias of the same pair
-                        positions.append(alias.operand)
+        if plan.back is not None and self.hand_back(inst, plan.back):
+            return
+        fresh = self.fresh_outputs
         for j, value in enumerate(inst.outputs):
-            positions = parents.get(j, [])
-            handed_back = [k for k in positions if k in written and len(_values(inst.inputs[k])) == 1]
-            if handed_back:
-                self.same[value] = self.canon(_values(inst.inputs[handed_back[0]])[0])
+            positions = list(dict.fromkeys(k for k, may in plan.views.get(j, ()) if not (may and (index, j) in fresh)))
+            back = next((k for k in positions if k in plan.written_set and _one(inst.inputs[k]) is not None), None)
+            if back is not None:
+                self.nodes[value] = self.nodes[_one(inst.inputs[back])]
                 continue
-            self.root(value)
-            if eff.opaque or any(a.of_output and a.output == j for a in eff.aliases):
+            node = self.root(value)
+            if plan.opaque or j in plan.of_output:
                 self.taint(value, index, inst)
-            elif len(positions) == 1 and len(_values(inst.inputs[positions[0]])) == 1:
-                parent = self.canon(_values(inst.inputs[positions[0]])[0])
-                node = self.nodes[value]
-                node.root, node.parent, node.view = self.nodes[parent].root, parent, (index, j, positions[0])
-                node.version = self.root_version[node.root]
-                del self.root_version[value]
+            elif len(positions) == 1 and _one(inst.inputs[positions[0]]) is not None:
+                parent = self.nodes[_one(inst.inputs[positions[0]])]
+                node.root, node.top, node.parent, node.view = parent.root, parent.top, parent, (index, j, positions[0])
+                node.version = parent.top.version
             elif positions:
                 self.taint(value, index, inst)
+
+    def hand_back(self, inst: Instruction, back: Mapping[int, int]) -> bool:
+        """Name every output by the written tensor operand it hands back, if each does (``add_``); else ``False``
+        (the general rule then places the outputs)."""
+        nodes = self.nodes
+        for j, value in enumerate(inst.outputs):
+            k = back.get(j)
+            if k is None or _one(inst.inputs[k]) is None:
+                return False
+            nodes[value] = nodes[_one(inst.inputs[k])]
+        return True
 
     def taint(self, value: Value, index: int, inst: Instruction) -> None:
         """``value`` may share storage with ``inst``'s tensor operands in a way nobody declared: writing either
@@ -354,82 +428,90 @@ class _Walk:
         self.tainted[value] = why
         for op in inst.inputs:
             for v in _values(op):
-                self.tainted[self.nodes[self.canon(v)].root] = why
+                self.tainted[self.nodes[v].root] = why
 
-    def writer(self, index: int, inst: Instruction, eff: Effects, written: list[int]) -> None:
+    def writer(self, index: int, inst: Instruction, plan: _Plan) -> None:
+        written: list[tuple[tuple[int, int], Value]] = []
         targets: dict[tuple[int, int], Value] = {}
-        for k in written:
+        for k in plan.written:
             for e, v in enumerate(_values(inst.inputs[k])):
-                targets[(k, e)] = self.fresh(self.canon(v))
+                written.append(((k, e), v))
+                targets[(k, e)] = self.fresh(self.nodes[v].name)
         inputs = self.operand_tuple(inst)
-        form = None if eff.opaque else self.rules.functional(index, inst, inputs, targets)
+        form = None if plan.opaque else self.rules.functional(index, inst, inputs, targets)
         if form is None:
-            self.on_copies(index, inst, eff, written)
+            self.on_copies(index, inst, plan)
             return
-        emitted = [inst_ for inst_ in form]
-        self.check_defines(index, inst, emitted, targets, eff, frozenset(written))
+        emitted = list(form)
+        if not (len(emitted) == 1 and emitted[0].outputs == tuple(targets.values())
+                and all(j in plan.handed_back for j in range(len(inst.outputs)))):  # else: not the usual shape
+            self.check_defines(index, inst, emitted, targets, plan)
         for inst_ in emitted:
             self.emit(inst_, "functional", index)
-        for (k, e), name in targets.items():
-            self.write(_values(inst.inputs[k])[e], name, index)
-        self.define_outputs(index, inst, eff, frozenset(written))
+        for key, v in written:
+            self.write(v, targets[key], index)
+        self.define_outputs(index, inst, plan)
 
     def check_defines(self, index: int, inst: Instruction, emitted: Sequence[Instruction],
-                      targets: Mapping[tuple[int, int], Value], eff: Effects, written: frozenset[int]) -> None:
+                      targets: Mapping[tuple[int, int], Value], plan: _Plan) -> None:
         defined = [v for i in emitted for v in i.outputs]
-        handed_back = {a.output for a in eff.aliases if not a.of_output and a.operand in written}
-        wanted = set(targets.values()) | {v for j, v in enumerate(inst.outputs) if j not in handed_back}
-        missing = wanted - set(defined)
-        if missing or len(defined) != len(set(defined)):
+        wanted = set(targets.values())
+        wanted.update(v for j, v in enumerate(inst.outputs) if j not in plan.handed_back)
+        unique = set(defined)
+        if len(unique) != len(defined) or not wanted <= unique:
             raise FunctionalizationError(
                 f"the functional rule for instruction {index} ({inst}) must define {sorted(map(str, wanted))} once "
                 f"each; it defines {list(map(str, defined))}. Fix the rule's functional() for this op."
             )
 
-    def on_copies(self, index: int, inst: Instruction, eff: Effects, written: list[int]) -> None:
+    def on_copies(self, index: int, inst: Instruction, plan: _Plan) -> None:
         """Run ``inst`` unchanged on private copies of every tree it may write; the copies become those trees'
         new values."""
-        touched = range(len(inst.inputs)) if eff.opaque else written
-        roots: dict[Value, Value] = {}
-        befores: dict[Value, Value] = {}
+        touched = range(len(inst.inputs)) if plan.opaque else plan.written
+        roots: dict[Value, tuple[_Node, Value, Value]] = {}
         for k in touched:
             for v in _values(inst.inputs[k]):
-                root = self.nodes[self.canon(v)].root
-                if root not in roots:
-                    self.check_untainted(root, index)
-                    copy = self.fresh(root)
-                    befores[root] = self.current(root)
-                    self.emit(self.rules.clone(befores[root], copy), "clone", index)
-                    roots[root] = copy
+                top = self.nodes[v].top
+                if top.name not in roots:
+                    self.check_untainted(top.name, index)
+                    copy = self.fresh(top.name)
+                    before = self.current_of(top)
+                    self.emit(self.rules.clone(before, copy), "clone", index)
+                    roots[top.name] = (top, before, copy)
         cache: dict[Value, Value] = {}
 
-        def on_copy(value: Value) -> Value:
-            """``value`` as a view of its root's private copy (replayed from it), or its current value."""
-            value = self.canon(value)
-            node = self.nodes[value]
+        def on_copy(node: _Node) -> Value:
+            """``node`` as a view of its root's private copy (replayed from it), or its current value."""
             if node.root not in roots:
-                return self.current(value)
+                return self.current_of(node)
             if node.parent is None:
-                return roots[node.root]
-            if value not in cache:
+                return roots[node.root][2]
+            if node.name not in cache:
                 view_index, output, position = node.view
                 view_inst = self.instruction(view_index)
-                inputs = tuple(_swap(op, on_copy(_values(op)[0])) if k == position else self.operand(op)
+                inputs = tuple(_swap(op, on_copy(node.parent)) if k == position else self.operand(op)
                                for k, op in enumerate(view_inst.inputs))
-                cache[value] = self.fresh(view_inst.outputs[output])
-                self.emit(self.rules.replay(view_index, view_inst, output, inputs, cache[value]), "replay",
+                cache[node.name] = self.fresh(view_inst.outputs[output])
+                self.emit(self.rules.replay(view_index, view_inst, output, inputs, cache[node.name]), "replay",
                           view_index)
-            return cache[value]
+            return cache[node.name]
 
         inputs = tuple(
             op if isinstance(op, Const) else
-            tuple(v if isinstance(v, Const) else on_copy(v) for v in op) if isinstance(op, tuple) else on_copy(op)
+            tuple(v if isinstance(v, Const) else on_copy(self.nodes[v]) for v in op) if isinstance(op, tuple)
+            else on_copy(self.nodes[op])
             for op in inst.inputs
         )
         self.emit(self.rules.keep(index, inst, inputs), "run", index)
-        for root, copy in roots.items():
-            self.replace_root(root, befores[root], copy, index)
-        self.define_outputs(index, inst, eff, frozenset(written))
+        for top, before, copy in roots.values():
+            self.replace_root(top, before, copy, index)
+        self.define_outputs(index, inst, plan)
+
+
+def _one(operand: Operand) -> Value | None:
+    """The value of an operand that holds exactly one (possibly inside a list operand), else ``None``."""
+    values = _values(operand)
+    return values[0] if len(values) == 1 else None
 
 
 def _swap(operand: Operand, value: Value) -> Operand:
@@ -476,15 +558,20 @@ def functionalize(
             ``input_views``; or a rule that does not define what it must. The message names the instruction.
         UndefinedValueError, DuplicateDefinitionError: the program is ill-formed.
     """
-    program.check()
     effects = resolve_effects(program, registry, effects_of)
     walk = _Walk(program, effects, rules, frozenset(fresh_outputs))
-    _place_inputs(walk, program, tuple(input_views))
-    for index, inst in enumerate(program.instructions):
-        walk.step(index, inst)
-    epilogue = tuple((v, walk.current(v)) for v in (*program.inputs, *walk.synthetic)
-                     if walk.nodes[v].parent is None and walk.root_version[v] > 0)
-    returns = tuple(walk.current(v) for v in program.returns)
+    try:
+        with gc_paused():
+            _place_inputs(walk, program, tuple(input_views))
+            step = walk.step
+            for index, (inst, eff) in enumerate(zip(program.instructions, effects)):
+                step(index, inst, eff)
+            epilogue = tuple((v, walk.current(v)) for v in (*program.inputs, *walk.synthetic)
+                             if walk.nodes[v].parent is None and walk.nodes[v].version > 0)
+            returns = tuple(walk.current(v) for v in program.returns)
+    except KeyError:
+        program.check()  # an undefined value: raises UndefinedValueError naming the instruction
+        raise
     result = Program(tuple(walk.out), program.inputs, returns, program.input_aliases)
     return Functionalized(result, epilogue, tuple(walk.origin))
 
@@ -493,8 +580,8 @@ def _place_inputs(walk: _Walk, program: Program, input_views: tuple[Instruction,
     """Roots for the inputs, then the ``input_views`` in order: one that defines a program input makes it a view
     of the value its operand 0 holds (an input, or a value an earlier input view defined); one that defines other
     values (a synthetic base, an index) is emitted first, reading the arguments as passed, and its outputs are
-    roots. Groups of
-    ``program.input_aliases`` left with several roots are recorded: writing one of them raises."""
+    roots. Groups of ``program.input_aliases`` left with several roots are recorded: writing one of them
+    raises."""
     made = set()
     for view in input_views:
         defined = [v for v in view.outputs if v in program.inputs]
@@ -517,12 +604,13 @@ def _place_inputs(walk: _Walk, program: Program, input_views: tuple[Instruction,
         walk.view_instructions.append(view)
         index = -len(walk.view_instructions)
         if view.outputs and view.outputs[0] in made:
-            sources = _values(view.inputs[0]) if view.inputs else ()
-            if len(sources) != 1:
+            source = _one(view.inputs[0]) if view.inputs else None
+            if source is None:
                 raise FunctionalizationError(f"input view {view} must view one value, given as its operand 0")
-            parent = walk.canon(sources[0])
-            walk.nodes[view.outputs[0]] = _Node(walk.nodes[parent].root, parent, (index, 0, 0), view.outputs[0],
-                                                walk.root_version[walk.nodes[parent].root])
+            parent = walk.nodes[source]
+            node = walk.root(view.outputs[0])
+            node.root, node.top, node.parent, node.view = parent.root, parent.top, parent, (index, 0, 0)
+            node.version = parent.top.version
             continue
         # a synthetic value reads the arguments as passed (even those it is about to become the base of)
         inputs = tuple(op if all(v in arguments for v in _values(op)) else walk.operand(op) for op in view.inputs)

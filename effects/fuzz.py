@@ -7,11 +7,15 @@ each one, checks against eager execution of the original:
   which exercises the RETURN edges);
 * one random partition (random fusible set, ``consecutive`` or ``dataflow``) with regions run as units, and one
   random valid order of the *fused* program's graph (region effects must be right for that to be safe);
-* dead-code elimination.
+* dead-code elimination;
+* the functionalization round trip (:func:`effects.testing.check_round_trip`): the functional program with its
+  epilogue, and that program reinplaced, within :data:`effects.testing.roundtrip.RTOL`/``ATOL`` (functional kernels
+  may lay values out differently, and layouts change rounding).
 
-It prints a progress bar, then one summary line (programs, schedules, partitions and DCE runs checked, mismatches,
-programs per second) and exits 1 on a mismatch after printing Hypothesis's shrunk counterexample as runnable
-Python. :func:`fuzz` is the same loop as a function (the planted-bug quality suite uses it).
+It prints a progress bar, then one summary line (programs, schedules, partitions, DCE and round trips checked,
+in-place rewrites made by reinplacing, mismatches, programs per second) and exits 1 on a mismatch after printing
+Hypothesis's shrunk counterexample as runnable Python. :func:`fuzz` is the same loop as a function (the planted-bug
+quality suite uses it).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from .dce import dce
 from .graph import DependencyGraph
 from .registry import Registry
 from .schedule import reorder
-from .testing import Case, Mismatch, Oracle, partitions, programs, schedules
+from .testing import Case, Mismatch, Oracle, check_round_trip, partitions, programs, schedules
 
 __all__ = ["FuzzStats", "FuzzResult", "fuzz", "main"]
 
@@ -42,6 +46,9 @@ class FuzzStats:
     schedules: int = 0
     partitions: int = 0
     dce: int = 0
+    functionalized: int = 0
+    in_place: int = 0
+    """Instructions reinplacing rewrote to in-place kernels, over all round trips."""
     mismatches: int = 0
     first_mismatch_at: int | None = None
     """How many programs had been checked when the first mismatch appeared (before shrinking)."""
@@ -53,7 +60,8 @@ class FuzzStats:
 
     def summary(self) -> str:
         return (f"programs={self.programs} schedules={self.schedules} partitions={self.partitions} "
-                f"dce={self.dce} mismatches={self.mismatches} programs/s={self.rate:.1f}")
+                f"dce={self.dce} functionalized={self.functionalized} in_place={self.in_place} "
+                f"mismatches={self.mismatches} programs/s={self.rate:.1f}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +79,7 @@ def fuzz(
     check_partitions: bool = True,
     check_fused_orders: bool = True,
     check_dce: bool = True,
+    check_functionalize: bool = True,
     shrink: bool = True,
     registry: Registry | None = None,
     progress: Callable[[FuzzStats], None] | None = None,
@@ -85,7 +94,7 @@ def fuzz(
     def check(case: Case, data: st.DataObject) -> None:
         try:
             counts = _check_case(case, data, reg, schedules_per_program, check_partitions, check_fused_orders,
-                                 check_dce)
+                                 check_dce, check_functionalize)
         except Mismatch:
             stats.programs += 1
             if stats.first_mismatch_at is None:
@@ -96,6 +105,8 @@ def fuzz(
         stats.schedules += counts[0]
         stats.partitions += counts[1]
         stats.dce += counts[2]
+        stats.functionalized += counts[3]
+        stats.in_place += counts[4]
         if progress is not None:
             progress(stats)
 
@@ -111,8 +122,9 @@ def fuzz(
 
 
 def _check_case(case: Case, data: st.DataObject, reg: Registry, k: int, parts: bool, fused_orders: bool,
-                deadcode: bool) -> tuple[int, int, int]:
-    """Check one case; return how many schedules, partitions and DCE runs it checked."""
+                deadcode: bool, functional: bool) -> tuple[int, int, int, int, int]:
+    """Check one case; return how many schedules, partitions, DCE runs and round trips it checked, and how many
+    instructions the round trip rewrote in place."""
     oracle = Oracle(case)
     graph = DependencyGraph.build(case.program, reg)
     for j in range(k):
@@ -124,7 +136,8 @@ def _check_case(case: Case, data: st.DataObject, reg: Registry, k: int, parts: b
             oracle.check_program(reorder(fused, data.draw(schedules(fused_graph))), what="reordered fused")
     if deadcode:
         oracle.check_program(dce(case.program, reg), what="dead-code-eliminated")
-    return k, int(parts), int(deadcode)
+    in_place = len(check_round_trip(oracle).rewritten) if functional else 0
+    return k, int(parts), int(deadcode), int(functional), in_place
 
 
 def _bar(stats: FuzzStats, total: int) -> str:
@@ -142,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-fused-orders", action="store_true",
                         help="skip reordering the fused program by its own graph (region effects)")
     parser.add_argument("--no-dce", action="store_true", help="skip the dead-code-elimination check")
+    parser.add_argument("--no-functionalize", action="store_true",
+                        help="skip the functionalize/reinplace round trip")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     last = [0.0]
@@ -154,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = fuzz(examples=args.examples, seed_value=args.seed, schedules_per_program=args.schedules,
                   check_partitions=not args.no_partitions, check_fused_orders=not args.no_fused_orders,
-                  check_dce=not args.no_dce,
+                  check_dce=not args.no_dce, check_functionalize=not args.no_functionalize,
                   progress=None if args.quiet else progress)
     if not args.quiet:
         print(_bar(result.stats, args.examples), file=sys.stderr)

@@ -42,3 +42,21 @@ def test_effects_never_imports_thunder() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_functionalization_and_reinplacing_are_exported() -> None:
+    names = {"functionalize", "Functionalized", "Rules", "reinplace", "InplaceRules", "ReinplaceReport", "ValueMeta",
+             "Unview", "Layout", "FunctionalizationError"}
+    assert names <= set(effects.__all__)
+
+
+def test_testing_all_lists_every_public_name() -> None:
+    import effects.testing as testing
+
+    public = {name for name, value in vars(testing).items()
+              if not name.startswith("_") and not isinstance(value, (types.ModuleType, __future__._Feature))}
+    assert public == set(testing.__all__), (
+        f"public but not exported: {sorted(public - set(testing.__all__))}; "
+        f"exported but not public: {sorted(set(testing.__all__) - public)}"
+    )
+    assert {"check_functionalize", "check_round_trip", "value_metadata", "fresh_may_views"} <= set(testing.__all__)

@@ -127,7 +127,7 @@ def check_jit_grad(case: Case, *, executors: Sequence[str] = ("torch",), fusion_
     Raises:
         Mismatch, ThunderUnsupported: as :func:`check_jit`.
     """
-    from effects.aten_rules import ATEN
+    from effects.aten_rules import ATEN_AUTOGRAD
     from effects.testing.oracle import fresh_may_views
 
     fn = to_python_function(case)
@@ -137,7 +137,7 @@ def check_jit_grad(case: Case, *, executors: Sequence[str] = ("torch",), fusion_
     except RuntimeError as error:
         if "modified by an inplace operation" not in str(error):
             raise
-        functional = effects.functionalize(case.program, ATEN, input_views=case.inputs.input_views(),
+        functional = effects.functionalize(case.program, ATEN_AUTOGRAD, input_views=case.inputs.input_views(),
                                            fresh_outputs=fresh_may_views(case))
         expected = _run_grad(functional.with_epilogue(torch.ops.aten.copy_.default), case, grad_bases)
     what = f"thunder_ext.jit(executors={list(executors)}, fusion_type={fusion_type!r}) with grads"

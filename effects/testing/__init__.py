@@ -17,13 +17,16 @@ transformation differentially against eager execution::
   of pure ops, the original order, and singleton regions.
 * :class:`Oracle`, :func:`execute`, :func:`check_pass` — the eager interpreter and differential checker; a
   divergence raises :class:`Mismatch` with the case printed as runnable Python.
+* :func:`check_functionalize`, :func:`check_round_trip` — functionalization and reinplacing (with the ATen rules)
+  preserve semantics; :func:`value_metadata` and :func:`fresh_may_views` record what they need from a run.
 * :data:`VOCABULARY` — the ops programs are made of (:class:`OpSpec`).
 """
 
 from __future__ import annotations
 
 from .case import Case, InputBinding, InputSpec, Recipe, program_python, to_python_function
-from .oracle import Mismatch, Oracle, Outcome, UnknownOpError, check_pass, execute
+from .oracle import Mismatch, Oracle, Outcome, UnknownOpError, check_pass, execute, fresh_may_views
+from .roundtrip import check_functionalize, check_round_trip, value_metadata
 from .strategies import partitions, programs, schedules
 from .vocab import VOCABULARY, OpKind, OpSpec
 
@@ -31,5 +34,6 @@ __all__ = [
     "programs", "schedules", "partitions",
     "Case", "InputSpec", "InputBinding", "Recipe", "program_python", "to_python_function",
     "Oracle", "Outcome", "Mismatch", "UnknownOpError", "execute", "check_pass",
+    "check_functionalize", "check_round_trip", "value_metadata", "fresh_may_views",
     "VOCABULARY", "OpSpec", "OpKind",
 ]

@@ -19,6 +19,7 @@ semantics".
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -190,6 +191,12 @@ class Oracle:
         self.rtol = rtol
         self.atol = atol
         self.expected = execute(case.program, case)
+
+    def tolerant(self, *, rtol: float, atol: float) -> Oracle:
+        """This oracle comparing within ``rtol``/``atol`` (the original's run is shared, not repeated)."""
+        other = copy.copy(self)
+        other.rtol, other.atol = rtol, atol
+        return other
 
     def check_program(self, transformed: Program, *, what: str = "transformed", return_at: int | None = None) -> None:
         """``transformed`` (same inputs, returns in the same order) must behave exactly like the original;

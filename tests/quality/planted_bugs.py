@@ -2,7 +2,9 @@
 
 Each :class:`PlantedBug` is a context manager factory that patches exactly one rule of :mod:`effects.graph`,
 :mod:`effects.alias` or :mod:`effects.dce` (the builder and DCE look their rules up at call time) and restores it
-on exit. ``python tests/quality/planted_bugs.py [--budget N] [--seed S]`` prints the caught/planted table.
+on exit. :data:`PLANTED_ROUND_TRIP` plants bugs in functionalization and reinplacing instead; the round trip alone
+(:func:`hunt_round_trip`) must find them. ``python tests/quality/planted_bugs.py [--budget N] [--seed S]`` prints
+the caught/planted table.
 """
 
 from __future__ import annotations
@@ -16,13 +18,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from unittest import mock
 
+import torch
+
 import effects.alias as alias_mod
 import effects.graph as graph_mod
+from effects import Instruction
+from effects.aten_rules import AtenRules
 from effects.fuzz import FuzzResult, fuzz
 from effects.graph import EdgeKind
 from effects.model import PURE
 
 dce_mod = importlib.import_module("effects.dce")  # ``effects.dce`` the attribute is the function of that name
+functionalize_mod = importlib.import_module("effects.functionalize")  # likewise
+reinplace_mod = importlib.import_module("effects.reinplace")
 
 BUDGET = 1500
 """Programs the fuzzer may check before a planted bug counts as missed."""
@@ -87,10 +95,43 @@ PLANTED: tuple[PlantedBug, ...] = (
 )
 
 
+def _every_scatter_a_no_op(self: object, j: int, inst: Instruction, tentative: object) -> object:
+    undo = self.unview(j)  # type: ignore[attr-defined]
+    if undo is None or undo.base is None:
+        return None
+    base = inst.inputs[undo.base]
+    return self.ident_of(base, tentative), base  # type: ignore[attr-defined]
+
+
+def _scatter_forgets_the_view(self: object, index: int, inst: Instruction, output: int, base: object, view: object,
+                              name: object) -> list[Instruction]:
+    return [Instruction(torch.ops.aten.alias.default, (base,), (name,))]
+
+
+PLANTED_ROUND_TRIP: tuple[PlantedBug, ...] = (
+    PlantedBug("reinplace ignores later reads", "a storage read after the write does not block it",
+               lambda: mock.patch.object(reinplace_mod._Reinplace, "later_uses", lambda self, root, i: iter(()))),
+    PlantedBug("lost writes through views", "a write through a view is not scattered into its base",
+               lambda: mock.patch.object(AtenRules, "scatter", _scatter_forgets_the_view)),
+    PlantedBug("every scatter a no-op", "reinplacing removes scatters without checking what they re-embed",
+               lambda: mock.patch.object(reinplace_mod._Reinplace, "no_op", _every_scatter_a_no_op)),
+    PlantedBug("no view replay", "a view read after a write to its base keeps its old value",
+               lambda: mock.patch.object(functionalize_mod._Walk, "current_of", lambda self, node: node.current)),
+)
+ROUND_TRIP_BUDGET = 300
+
+
+def hunt_round_trip(bug: PlantedBug, *, budget: int = ROUND_TRIP_BUDGET, seed: int = 0) -> FuzzResult:
+    """Fuzz only the functionalize/reinplace round trip with ``bug`` planted."""
+    with bug.plant():
+        return fuzz(examples=budget, seed_value=seed, shrink=False, schedules_per_program=0, check_partitions=False,
+                    check_fused_orders=False, check_dce=False)
+
+
 def hunt(bug: PlantedBug, *, budget: int = BUDGET, seed: int = 0) -> FuzzResult:
     """Fuzz with ``bug`` planted; ``result.stats.first_mismatch_at`` is how many programs it took."""
     with bug.plant():
-        return fuzz(examples=budget, seed_value=seed, shrink=False)
+        return fuzz(examples=budget, seed_value=seed, shrink=False, check_functionalize=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,12 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     caught = 0
     print(f"{'planted bug':<22} {'examples until caught':>22}  description")
-    for bug in PLANTED:
-        at = hunt(bug, budget=args.budget, seed=args.seed).stats.first_mismatch_at
+    hunts = [(bug, hunt(bug, budget=args.budget, seed=args.seed)) for bug in PLANTED]
+    hunts += [(bug, hunt_round_trip(bug, seed=args.seed)) for bug in PLANTED_ROUND_TRIP]
+    for bug, result in hunts:
+        at = result.stats.first_mismatch_at
         caught += at is not None
-        print(f"{bug.name:<22} {at if at is not None else 'MISSED':>22}  {bug.description}")
-    print(f"caught {caught}/{len(PLANTED)} within {args.budget} programs (seed {args.seed})")
-    return 0 if caught == len(PLANTED) else 1
+        print(f"{bug.name:<30} {at if at is not None else 'MISSED':>22}  {bug.description}")
+    print(f"caught {caught}/{len(hunts)} within {args.budget} programs ({ROUND_TRIP_BUDGET} for the round trip; "
+          f"seed {args.seed})")
+    return 0 if caught == len(hunts) else 1
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from planted_bugs import BUDGET, PLANTED, PlantedBug, hunt
+from planted_bugs import BUDGET, PLANTED, PLANTED_ROUND_TRIP, ROUND_TRIP_BUDGET, PlantedBug, hunt, hunt_round_trip
 
 from effects.fuzz import fuzz, main
 
@@ -14,6 +14,13 @@ def test_planted_bug_is_caught_within_budget(bug: PlantedBug) -> None:
     assert result.stats.first_mismatch_at is not None, f"{bug.name} ({bug.description}) survived {BUDGET} programs"
 
 
+@pytest.mark.parametrize("bug", PLANTED_ROUND_TRIP, ids=[bug.name for bug in PLANTED_ROUND_TRIP])
+def test_planted_round_trip_bug_is_caught_within_budget(bug: PlantedBug) -> None:
+    result = hunt_round_trip(bug, budget=ROUND_TRIP_BUDGET, seed=0)
+    assert result.stats.first_mismatch_at is not None, (
+        f"{bug.name} ({bug.description}) survived {ROUND_TRIP_BUDGET} programs")
+
+
 def test_the_real_graph_layer_has_no_mismatch() -> None:
     result = fuzz(examples=150, seed_value=1)
     assert result.failure is None, str(result.failure)
@@ -22,7 +29,9 @@ def test_the_real_graph_layer_has_no_mismatch() -> None:
 
 def test_cli_prints_summary_and_fails_with_the_shrunk_program(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--examples", "20", "--seed", "0", "--quiet"]) == 0
-    assert capsys.readouterr().out.startswith("programs=20 schedules=40 partitions=20 dce=20 mismatches=0")
+    out = capsys.readouterr().out
+    assert out.startswith("programs=20 schedules=40 partitions=20 dce=20 functionalized=20 in_place=")
+    assert " mismatches=0 " in out
     with PLANTED[0].plant():
         assert main(["--examples", "300", "--seed", "0", "--quiet"]) == 1
     out = capsys.readouterr().out
