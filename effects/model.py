@@ -25,10 +25,12 @@ Policy (may this be reordered, deleted, fused?) is not stored here; the graph de
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import (
+    InvalidDeclaration,
     MissingOutputError,
     NonTensorWriteError,
     OperandOutOfRangeError,
@@ -52,6 +54,10 @@ __all__ = [
     "rng",
     "comm",
     "make_effects",
+    "EffectSpec",
+    "EFFECT_LISTS",
+    "OperandRef",
+    "describe_key",
 ]
 
 
@@ -272,6 +278,45 @@ class Effects:
             return frozenset({GLOBAL})
         return frozenset(r.resource for r in self.resources if r.ordered)
 
+    # --- policy queries ------------------------------------------------------------------------------------
+    @property
+    def has_side_effects(self) -> bool:
+        """Whether the op does something besides computing its outputs that a pass must not drop: it is opaque,
+        writes an operand, or has a resource effect (ordered or not). Views alone are not side effects."""
+        return self.opaque or bool(self.resources) or any(e.access.writes for e in self.operands)
+
+    def uncovered(self, required: Effects) -> tuple[str, ...]:
+        """The effects of ``required`` that these effects drop, reading ``self`` as the effects of an
+        implementation of an op whose effects are ``required`` (empty: :meth:`covers` holds).
+
+        An implementation may add effects, but it must write every operand the op writes, not turn a read-write
+        into a pure write, keep every definite alias, and use every resource the op uses (ordered where the op's
+        use is ordered). An opaque ``required`` asks for nothing that can be checked; opaque effects cover
+        everything.
+        """
+        if required.opaque or self.opaque:
+            return ()
+        missing = []
+        for eff in required.operands:
+            got = self.access(eff.index)
+            if eff.access.writes and (got is None or not got.writes):
+                missing.append(f"{eff} (the implementation does not write it)")
+            elif eff.access.reads and got is Access.WRITE:
+                missing.append(f"{eff} (the implementation declares a pure write, which drops the read)")
+        missing += [
+            str(alias) for alias in sorted(required.aliases)
+            if not alias.may and not any((a.output, a.operand) == (alias.output, alias.operand) for a in self.aliases)
+        ]
+        ordered = self.ordered_resources
+        present = {r.resource for r in self.resources}
+        missing += [str(r) for r in sorted(required.resources) if r.resource not in (ordered if r.ordered else present)]
+        return tuple(missing)
+
+    def covers(self, required: Effects) -> bool:
+        """Whether an implementation with these effects may stand in for an op with ``required`` effects
+        (:meth:`uncovered` is empty)."""
+        return not self.uncovered(required)
+
     # --- composition ---------------------------------------------------------------------------------------
     def union(self, *others: Effects) -> Effects:
         """The effects of a group of ops seen from outside: pure is the identity, opaque absorbs."""
@@ -360,9 +405,39 @@ PURE = Effects()
 OPAQUE = Effects(opaque=True)
 
 OperandRef = int | str
+"""An operand given by position or by name (names need a :class:`Signature`)."""
+
+EffectSpec = Any
+"""Every spelling of effects :func:`make_effects` accepts: an :class:`Effects`; a mapping of operand lists keyed
+like its keywords (``{"read_writes": ["a"], "aliases": [(0, "a")]}``); a schema string
+(``"my_copy_(Tensor src, Tensor(a!) dst) -> Tensor(a)"``), a ``torch._C.FunctionSchema`` or a torch op that has one
+(``OpOverload``, ``torch.library.custom_op``); ``None``: none."""
+
+EFFECT_LISTS = ("reads", "writes", "read_writes", "aliases", "resources")
+"""The keywords of :func:`make_effects` that list operands, aliases and resources (also the keys of a mapping
+spec)."""
+
+
+def _schema_part(spec: object, signature: Signature | None, op: object) -> Effects:
+    """Effects of a schema spec, after checking that the schema's parameters are the op's (positions must agree:
+    a schema may leave trailing parameters out, never rename or reorder them)."""
+    from .schema import schema_effects  # torch is imported lazily, only for schema specs
+
+    effects, schema_signature = schema_effects(spec, op=op)
+    if signature is not None and schema_signature is not None:
+        theirs = [p.name for p in signature.params]
+        ours = [p.name for p in schema_signature.params]
+        if ours != theirs[: len(ours)]:
+            raise InvalidDeclaration(
+                f"{op}: the schema's parameters {ours} do not match the operator's parameters {theirs}. Schema "
+                "parameters must name the operator's parameters in order (trailing ones may be left out), so that "
+                "positions cannot silently shift; rename them in the schema."
+            )
+    return effects
 
 
 def make_effects(
+    spec: EffectSpec = None,
     *,
     reads: Iterable[OperandRef] = (),
     writes: Iterable[OperandRef] = (),
@@ -372,7 +447,7 @@ def make_effects(
     signature: Signature | None = None,
     op: object = "<op>",
 ) -> Effects:
-    """Build effects from operand positions or names.
+    """Build effects from any spelling (:data:`EffectSpec`) and operand lists by position or name, unioned.
 
     ``writes`` are pure writes, ``read_writes`` read the old value too (``reads`` + ``writes`` of the same operand
     merge into read-write). ``aliases`` are ``(output, operand)`` or ``(output, operand, may)``; plain
@@ -384,7 +459,22 @@ def make_effects(
     Raises:
         UnknownOperandError: a name without a signature, or one the signature lacks.
         OperandOutOfRangeError, NonTensorWriteError, MissingOutputError: see :meth:`Effects.validate`.
+        InvalidDeclaration: a mapping with unknown keys, a schema that does not parse or whose parameters are
+            not the signature's.
+        TypeError: ``spec`` is none of the spellings.
     """
+    lists = {"reads": tuple(reads), "writes": tuple(writes), "read_writes": tuple(read_writes),
+             "aliases": tuple(aliases), "resources": tuple(resources)}
+    parts: list[Effects] = []
+    if isinstance(spec, Mapping):
+        unknown = sorted(set(spec) - set(EFFECT_LISTS))
+        if unknown:
+            raise InvalidDeclaration(f"{op}: unknown effect list(s) {unknown}; use {list(EFFECT_LISTS)}")
+        lists = {key: (*given, *spec.get(key, ())) for key, given in lists.items()}
+    elif isinstance(spec, Effects):
+        parts.append(spec)
+    elif spec is not None:
+        parts.append(_schema_part(spec, signature, op))
 
     def pos(ref: OperandRef) -> int:
         if signature is not None:
@@ -398,18 +488,20 @@ def make_effects(
             raise OperandOutOfRangeError(f"{op}: operand position must be a non-negative int, got {ref!r}")
         return ref
 
-    operands = [OperandEffect(pos(r), Access.READ) for r in reads]
-    operands += [OperandEffect(pos(r), Access.WRITE) for r in writes]
-    operands += [OperandEffect(pos(r), Access.READ_WRITE) for r in read_writes]
+    operands = [OperandEffect(pos(r), Access.READ) for r in lists["reads"]]
+    operands += [OperandEffect(pos(r), Access.WRITE) for r in lists["writes"]]
+    operands += [OperandEffect(pos(r), Access.READ_WRITE) for r in lists["read_writes"]]
     alias_set = set()
-    for a in aliases:
+    for a in lists["aliases"]:
         if isinstance(a, Alias):
             alias_set.add(Alias(a.output, pos(a.operand), a.may))
         else:
             out, ref, *may = a
             alias_set.add(Alias(out, pos(ref), bool(may[0]) if may else False))
-    res = frozenset(r if isinstance(r, ResourceEffect) else ResourceEffect(r, True) for r in resources)
+    res = frozenset(r if isinstance(r, ResourceEffect) else ResourceEffect(r, True) for r in lists["resources"])
     effects = Effects(tuple(operands), frozenset(alias_set), res)
+    if parts:
+        effects = effects.union(*parts)
     return effects.validate(signature, op=op) if signature is not None else effects
 
 

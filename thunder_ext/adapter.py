@@ -41,7 +41,7 @@ from typing import Any
 
 import effects
 from effects import OPAQUE, Access, Alias, Const, Effects, Instruction, OperandEffect, Program
-from effects.graph import gc_paused
+from effects import gc_paused
 from effects.program import operand_values
 
 from thunder.core.prims import PrimIDs

@@ -46,7 +46,7 @@ from typing import Any
 import effects
 from effects import OrderViolation
 from effects.dce import live_instructions
-from effects.graph import DependencyGraph, EdgeKind, gc_paused
+from effects import DependencyGraph, EdgeKind, gc_paused
 from effects.partition import partition
 
 from thunder.core.compile_data import get_compile_data, get_compile_option
