@@ -36,8 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from effects import InvalidDeclaration
-from effects.schema import derive
+from effects import InvalidDeclaration, derive
 
 import thunder.extend as extend
 import thunder.torch as ltorch
@@ -48,8 +47,8 @@ from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import interpreter_needs_wrap
 from thunder.core.jit_ext import ensure_recursive_proxies
 from thunder.core.symbol import Symbol
-from thunder.torch.langctx import _method_name_to_fn_map
 
+from ._thunder import METHOD_TABLE, TORCH_FUNCTION_MAP
 from .plugin import OperatorExecutor
 
 __all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "Refused", "REFUSED", "supported", "operator_for",
@@ -246,7 +245,7 @@ def methods() -> dict[str, Callable[..., Any]]:
 def _unmapped_foreach() -> Iterator[tuple[Callable[..., Any], Any]]:
     for name in sorted(dir(torch)):
         fn = getattr(torch, name)
-        if name.startswith("_foreach_") and fn not in ltorch._torch_to_thunder_function_map:
+        if name.startswith("_foreach_") and fn not in TORCH_FUNCTION_MAP.get():
             packet = getattr(torch.ops.aten, name, None)
             if packet is not None:
                 yield fn, packet
@@ -255,7 +254,7 @@ def _unmapped_foreach() -> Iterator[tuple[Callable[..., Any], Any]]:
 def _register_all() -> tuple[OpaqueTorchOp, ...]:
     ops = [_register(fn, packet) for fn, packet in _unmapped_foreach()]
     for name in _METHODS:
-        if name not in _method_name_to_fn_map and hasattr(torch.ops.aten, name):
+        if name not in METHOD_TABLE.get() and hasattr(torch.ops.aten, name):
             ops.append(_register(getattr(torch.Tensor, name), getattr(torch.ops.aten, name), method=name))
     ops += [_register(r.torch_fn, r.packet, refused=r) for r in REFUSED]
     return tuple(ops)

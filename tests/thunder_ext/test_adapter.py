@@ -11,7 +11,7 @@ import torch  # noqa: E402
 import thunder_ext  # noqa: E402
 import thunder  # noqa: E402
 from effects import Access  # noqa: E402
-from thunder_ext import adapter  # noqa: E402
+from thunder_ext import adapter, resolve  # noqa: E402
 
 
 def first_and_last(fn, *args, **jit_kwargs):
@@ -90,4 +90,4 @@ def test_unknown_symbol_without_subsymbols_is_opaque():
     with tracectx(TraceCtx()):
         x = TensorProxy(shape=(2,), device=thunder.devices.cpu, dtype=thunder.dtypes.float32, requires_grad=False)
         bsym = sym.bind(x, output=x)
-    assert adapter.bsym_effects(bsym).opaque
+    assert resolve.bsym_effects(bsym).opaque
