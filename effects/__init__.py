@@ -4,6 +4,7 @@ instructions only where those effects allow.
 The core is framework-neutral (standard library + torch for schemas) and never imports Thunder.
 
 * :mod:`effects.model` — the vocabulary (:class:`Effects`, :class:`Access`, :class:`Alias`, resources).
+* :mod:`effects.spec` — :func:`make_effects`: every spelling of effects (lists, mappings, schemas) as one.
 * :mod:`effects.registry` — op key → effects, with schema-derived defaults and an opaque fallback.
 * :mod:`effects.schema` — effects from torch ``FunctionSchema`` alias annotations.
 * :mod:`effects.program` — the neutral instruction/program type adapters map their IR to.
@@ -41,7 +42,6 @@ from .errors import (
     UnknownOperandError,
 )
 from .model import (
-    EFFECT_LISTS,
     GLOBAL,
     IO,
     OPAQUE,
@@ -49,9 +49,7 @@ from .model import (
     Access,
     Alias,
     Effects,
-    EffectSpec,
     OperandEffect,
-    OperandRef,
     Param,
     ParamKind,
     Resource,
@@ -59,7 +57,6 @@ from .model import (
     Signature,
     comm,
     describe_key,
-    make_effects,
     rng,
 )
 from .graph import HAZARD_RULES, DependencyGraph
@@ -68,6 +65,7 @@ from .program import Const, Instruction, Program, operand_values
 from .registry import Declaration, Origin, Registration, Registry, Resolution, default_registry
 from .schedule import check_order, is_valid_order, random_order, reorder, toposort
 from .schema import RNG_DEFAULT, derive, from_schema
+from .spec import EFFECT_LISTS, EffectSpec, OperandRef, make_effects
 from .verify import verify
 
 __all__ = [
