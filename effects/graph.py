@@ -37,6 +37,11 @@ are implied transitively (an earlier reader precedes the write it read, which pr
 All edges point forward in program order (``src < dst``), so the original order is always valid. Edges are stored
 in flat parallel lists grouped by destination (the edges into ``i`` are contiguous); :class:`Edge` objects are
 created only when :attr:`DependencyGraph.edges` or the query methods ask for them.
+
+Policy queries passes ask instead of re-deriving: :meth:`DependencyGraph.is_root` (never dead: writes visible
+storage, has a resource effect, or is opaque) and :meth:`DependencyGraph.written_storage` (the storage classes an
+instruction writes; ``None`` for opaque, which may write anything); the edge-kind sets passes follow are in
+:mod:`effects.edges`, the text that explains edges in :mod:`effects.explain`.
 """
 
 from __future__ import annotations

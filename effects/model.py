@@ -222,10 +222,11 @@ def _merge_resources(*groups: Iterable[ResourceEffect]) -> frozenset[ResourceEff
 
 @dataclass(frozen=True, slots=True)
 class Effects:
-    """Everything an op does besides computing its outputs. Build with :func:`~effects.spec.make_effects` or the constructor.
+    """Everything an op does besides computing its outputs. Build with :func:`~effects.spec.make_effects` or the
+    constructor.
 
-    Operand effects are normalised to one entry per operand, sorted; construct through :func:`~effects.spec.make_effects` or
-    :meth:`union` to get that normal form (the constructor normalises too).
+    Operand effects are normalised to one entry per operand, sorted; construct through
+    :func:`~effects.spec.make_effects` or :meth:`union` to get that normal form (the constructor normalises too).
     """
 
     operands: tuple[OperandEffect, ...] = ()

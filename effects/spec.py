@@ -3,15 +3,15 @@
 Declarations come from many hands — a registry table, an executor author, a test — and each writes effects the way
 that is natural where it stands. One function accepts them all, so that no caller restates the list:
 
-==========================================  ==================================================================
-spelling                                    example
-==========================================  ==================================================================
-operand lists by position or name           ``make_effects(read_writes=["a"], aliases=[(0, "a")], signature=...)``
-an :class:`~effects.model.Effects`          ``make_effects(PURE)``
-a mapping of operand lists                  ``make_effects({"writes": ["dst"]}, signature=...)``
-a schema string                             ``make_effects("my_copy_(Tensor src, Tensor(a!) dst) -> Tensor(a)")``
-a ``FunctionSchema`` or a torch op with one  ``make_effects(torch.ops.aten.add_.Tensor)`` (:mod:`effects.schema`)
-==========================================  ==================================================================
+=============================================  ===============================================================
+spelling                                       example
+=============================================  ===============================================================
+operand lists by position or name              ``make_effects(read_writes=["a"], aliases=[(0, "a")])``
+an :class:`~effects.model.Effects`             ``make_effects(PURE)``
+a mapping of operand lists                     ``make_effects({"writes": ["dst"]}, signature=...)``
+a schema string                                ``make_effects("f(Tensor src, Tensor(a!) dst) -> Tensor(a)")``
+a ``FunctionSchema`` or a torch op with one    ``make_effects(torch.ops.aten.add_.Tensor)``
+=============================================  ===============================================================
 
 A spec and operand lists together are unioned. With a :class:`~effects.model.Signature`, names resolve to
 positions, a schema's parameters must be the signature's (in order; trailing ones may be left out), and the

@@ -9,43 +9,46 @@ installed Thunder and checks that no other module reads a private Thunder name o
 
 :data:`PRIVATE_NAMES` — what is read (or written) although Thunder does not export it:
 
-==================================================  ================  ==========================================
-name                                                used by           for
-==================================================  ================  ==========================================
-``thunder.torch._torch_to_thunder_function_map``    declarations,     which torch functions have a symbol (and
-                                                    opaque_torch      which symbol)
-``thunder.torch._syms_returning_views``,            declarations      the view symbols (effects: aliases)
+====================================================  ===============  =====================================
+name                                                  used by          for
+====================================================  ===============  =====================================
+``thunder.torch._torch_to_thunder_function_map``      declarations,    which torch functions have a symbol
+                                                      opaque_torch     (and which symbol)
+``thunder.torch._syms_returning_views``,              declarations     the view symbols (effects: aliases)
 ``_syms_that_may_return_views``
-``thunder.torch.langctx._method_name_to_fn_map``    opaque_torch,     the ``Tensor`` methods Thunder knows (new
-                                                    _patches          entries added by the patches)
-``thunder.core.jit_ext._general_jit_lookaside_map`` _patches          interpreter lookasides (new entries)
-``thunder.executors.passes._update_fusion_call_ctx``  _patches        patched (fusion call-context cache)
-``Symbol._bind_postprocess``                        plugin            the callable an operator runs
-``BoundSymbol._call_ctx``                           plugin, honesty   the same; replaced by ``CheckEffects``
-``ThunderModule._forward_fn``                       jit               where a module call goes (wrapped)
-``BoundSymbol.flat_outs`` / ``flat_proxy_args``     _thunder_fast     Thunder's cached values, when computed
+``thunder.torch.langctx._method_name_to_fn_map``      opaque_torch,    the ``Tensor`` methods Thunder knows
+                                                      _patches         (new entries added by the patches)
+``thunder.core.jit_ext._general_jit_lookaside_map``   _patches         interpreter lookasides (new entries)
+``thunder.executors.passes._update_fusion_call_ctx``  _patches         patched (fusion call-context cache)
+``Symbol._bind_postprocess``                          plugin           the callable an operator runs
+``BoundSymbol._call_ctx``                             plugin, honesty  the same; ``CheckEffects`` replaces it
+``ThunderModule._forward_fn``                         jit              where a module call goes (wrapped)
+``BoundSymbol.flat_outs`` / ``flat_proxy_args``       _thunder_fast    Thunder's cached values, when computed
 (``functools.cached_property`` slots)
-``Region.bound_symbols``/``inputs``/``outputs``     _thunder_fast     set without Thunder's constructor
-==================================================  ================  ==========================================
+``Region.bound_symbols`` / ``inputs`` / ``outputs``   _thunder_fast    set without Thunder's constructor
+====================================================  ===============  =====================================
 
-Two reads of closures stay where they are and are pinned by their own tests: the symbols a dispatch wrapper of the
+Two reads of closures stay where they are, each pinned by a test: the symbols a dispatch wrapper of the
 torch function map closes over (``declarations``), and the executor a torch.compile fusion pass's ``merge_func``
 closes over (``inductor_guard.compiles_with_inductor``).
 
 :data:`STASHES` — attributes thunder_ext attaches (all named ``_thunder_effects_*`` except the runner's two
 methods, which shadow the class's on one runner):
 
-=======================================  ==================  ===================================================
-attribute                                on                  holds
-=======================================  ==================  ===================================================
-:data:`INPUT_ALIASES`                    ``CompileData``     groups of argument names sharing storage at run time
-:data:`DCE_FIXPOINT`                     ``TraceCtx``        that DCE of this trace changes nothing
-:data:`RESOLVED`                         ``BoundSymbol``     its operands and effects (per registry generation)
-:data:`FUSED`                            ``BoundSymbol``     what a fusion was compiled from
-:data:`RUNNER`                           ``CUDAGraphRunner`` the effect-aware runner's options and write sets
-:data:`RUNNER_CALL`, :data:`RUNNER_BUILD`  ``CUDAGraphRunner`` ``call_cuda_graph``/``build_cuda_graph`` bound
-                                                             on that runner
-=======================================  ==================  ===================================================
+==========================================  ===================  ==============================================
+attribute                                   on                   holds
+==========================================  ===================  ==============================================
+:data:`INPUT_ALIASES`                       ``CompileData``      groups of argument names sharing storage at
+                                                                 run time
+:data:`DCE_FIXPOINT`                        ``TraceCtx``         that DCE of this trace changes nothing
+:data:`RESOLVED`                            ``BoundSymbol``      its operands and effects (per registry
+                                                                 generation)
+:data:`FUSED`                               ``BoundSymbol``      what a fusion was compiled from
+:data:`RUNNER`                              ``CUDAGraphRunner``  the effect-aware runner's options and write
+                                                                 sets
+:data:`RUNNER_CALL`, :data:`RUNNER_BUILD`   ``CUDAGraphRunner``  ``call_cuda_graph``/``build_cuda_graph``
+                                                                 bound on that runner
+==========================================  ===================  ==============================================
 """
 
 from __future__ import annotations

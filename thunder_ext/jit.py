@@ -2,11 +2,12 @@
 
 ``thunder_ext.jit(fn, **kwargs)`` is ``thunder.jit`` with the effect pipeline (:mod:`thunder_ext.pipeline`) turned on
 for that function through a compile option (:data:`thunder_ext.state.OPTION`), so other ``thunder.jit`` functions
-in the process are unaffected. It accepts every ``thunder.jit`` keyword. ``skip_inplace_alias_updates`` keeps its meaning — thread Thunder's
-``update_aliases`` or not — but defaults to ``True``: the dependency graph orders in-place ops, no SSA threading is
-needed. Internally Thunder's own option is always left off so that Thunder keeps the run-time aliasing of the
-arguments in its cache key (``f(x, y)`` and ``f(x, x.t())`` compile separately) and hands it to the pipeline,
-which records it as the program's input aliases instead of rewriting aliased arguments as reshapes.
+in the process are unaffected. It accepts every ``thunder.jit`` keyword. ``skip_inplace_alias_updates`` keeps its
+meaning — thread Thunder's ``update_aliases`` or not — but defaults to ``True``: the dependency graph orders
+in-place ops, no SSA threading is needed. Internally Thunder's own option is always left off so that Thunder keeps the
+run-time aliasing of the arguments in its cache key (``f(x, y)`` and ``f(x, x.t())`` compile separately) and hands
+it to the pipeline, which records it as the program's input aliases instead of rewriting aliased arguments as
+reshapes.
 
 The Thunder patches (:mod:`thunder_ext._patches`) are held only while a ``thunder_ext.jit`` function compiles
 (Thunder's cache missed; a cache hit runs exactly Thunder's call path plus two counter updates), or between

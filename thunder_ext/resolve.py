@@ -17,17 +17,17 @@ positions): may-alias is the sound direction.
 
 Caches, each valid for one registry generation:
 
-=====================================  =========================================================================
-cache                                  key
-=====================================  =========================================================================
-:class:`_Resolved` on the bound        the bound symbol, while its symbol, arguments, output and subsymbols are
-symbol (:data:`~thunder_ext._thunder.  the same objects (Thunder replaces those fields rather than mutating them;
-RESOLVED`)                             DCE reassigns ``subsymbols``)
-declared effects per symbol key        the implementation or symbol key
+=======================================  =======================================================================
+cache                                    key
+=======================================  =======================================================================
+:class:`_Resolved` on the bound symbol   the bound symbol, while its symbol, arguments, output and subsymbols are
+(:data:`thunder_ext._thunder.RESOLVED`)  the same objects (Thunder replaces those fields rather than mutating
+                                         them; DCE reassigns ``subsymbols``)
+declared effects per symbol key          the implementation or symbol key
 composite effects (:data:`_composites`)  the composite's *structure*: declared effects, operand/output name
-                                       pattern, each subsymbol's effects and name pattern (Thunder's fresh copies
-                                       of one op are not walked again); at most 65,536 entries
-=====================================  =========================================================================
+                                         pattern, each subsymbol's effects and name pattern (Thunder's fresh
+                                         copies of one op are not walked again); at most 65,536 entries
+=======================================  =======================================================================
 
 So the many adaptations of one compilation (partition, every DCE, rematerialization, the region traces Thunder
 builds from the same bound symbols) resolve each bound symbol once.

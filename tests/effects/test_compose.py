@@ -8,7 +8,8 @@ from graph_helpers import OPS, I, declare_ops, programs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from effects import IO, OPAQUE, Access, Alias, DependencyGraph, Effects, OperandEffect, Registry, compose, region_effects
+from effects import (IO, OPAQUE, Access, Alias, DependencyGraph, Effects, OperandEffect, Registry, compose,
+                     region_effects)
 
 VIEW = OPS["view"]
 ADD_ = OPS["add_"]

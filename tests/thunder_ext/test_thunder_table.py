@@ -122,3 +122,16 @@ def test_no_other_module_reads_private_thunder_names_or_spells_a_stash():
                 if node.value.startswith("_thunder_effects"):
                     stray.append(f"{path.name}:{node.lineno}: spells {node.value!r}")
     assert not stray, f"go through thunder_ext._thunder instead: {stray}"
+
+
+def test_dispatch_wrappers_of_the_torch_function_map_close_over_their_symbols():
+    """The closure read that stays in ``declarations``: each ``dispatch_to_impl`` wrapper (single-device vs
+    DTensor) holds the symbols it dispatches to, which is how their torch functions get schema effects."""
+    from thunder.core.symbol import Symbol
+
+    from thunder_ext import declarations
+
+    wrappers = [v for v in _thunder.TORCH_FUNCTION_MAP.get().values() if not isinstance(v, Symbol)
+                and "dispatch_to_impl" in getattr(v, "__qualname__", "")]
+    assert wrappers, "Thunder no longer wraps torch functions in dispatch_to_impl: update declarations"
+    assert all(declarations._symbols_behind(v) for v in wrappers)
