@@ -29,6 +29,7 @@ outputs, O(uses) set unions over the operand positions each value reaches (usual
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 from .model import OPAQUE, Access, Alias, Effects, OperandEffect, ResourceEffect
 from .program import Instruction, Operand, operand_values
@@ -59,28 +60,26 @@ def compose(
                 reach[v] = reach.get(v, _NOWHERE) | {k}
     own = dict(reach)
     found: list[Value] = []
-    made: dict[Value, frozenset[Value]] = {}
-    """Every value a member defines -> the storage made inside the group it may view (named by its first value)."""
-    read: set[int] = set()
-    written: set[int] = set()
-    read_first: set[int] = set()
+    made: dict[Value, frozenset[Value] | None] = {}
+    """Every value a member defines -> the storage made inside the group it may view (``None``: its own)."""
+    first_read: dict[int, int] = {}
+    """Operand position -> the first member that reads it (a member reads before it writes)."""
+    first_write: dict[int, int] = {}
+    read_by, written_by = first_read.setdefault, first_write.setdefault
     resources: list[frozenset[ResourceEffect]] = []
     opaque = False
-    plans: dict[int, tuple[Effects, frozenset[int], frozenset[int]]] = {}
-    for inst, eff in zip(instructions, effects, strict=True):
+    for m, (inst, eff) in enumerate(zip(instructions, effects, strict=True)):
         opaque = opaque or eff.opaque
         if opaque and given:
             return OPAQUE, tuple(operands)
-        plan = plans.get(id(eff))
-        if plan is None:  # keep eff alive so its id stays unique
-            plan = plans[id(eff)] = (eff, frozenset(e.index for e in eff.operands if e.access is Access.WRITE),
-                                     eff.written)
-        _, blind, writes = plan
+        plan = _PLANS.get(id(eff))
+        if plan is None:
+            plan = _plan(eff)
+        blind, writes = plan.blind, plan.writes
         if eff.resources:
             resources.append(eff.resources)
-        reads_now: set[int] = set()
-        writes_now: set[int] = set()
         for pos, operand in enumerate(inst.inputs):
+            reads, wrote = pos not in blind, pos in writes
             for v in operand_values(operand):
                 r = reach.get(v)
                 if r is None:
@@ -88,15 +87,17 @@ def compose(
                         continue  # storage made inside the group, or a value the caller did not list
                     r = reach[v] = frozenset((len(found),))
                     found.append(v)
-                if pos not in blind:
-                    reads_now |= r
-                if pos in writes:
-                    writes_now |= r
-        if reads_now:
-            read |= reads_now
-            read_first |= reads_now - written
-        written |= writes_now
-        _define(inst, eff, reach, made)
+                for k in r:
+                    if reads:
+                        read_by(k, m)
+                    if wrote:
+                        written_by(k, m)
+        if plan.views or plan.shared:
+            _define_views(inst, plan, reach, made)
+        else:
+            for out in inst.outputs:
+                if out not in made and out not in reach:
+                    made[out] = None  # fresh storage of its own
     ops = tuple(operands) if given else tuple(found)
     if opaque:
         return OPAQUE, ops
@@ -107,56 +108,90 @@ def compose(
             aliases.update(Alias(j, k) for k in own[out])  # the group hands back one of its operands
             continue
         aliases.update(Alias(j, k, may=True) for k in reach.get(out, _NOWHERE))
-        for storage in made.get(out, ()):
+        for storage in _storage(made, out):
             first = holder.setdefault(storage, j)
             if first != j:
                 aliases.add(Alias(j, first, may=True, of_output=True))
-    accesses = tuple(
-        OperandEffect(k, (Access.READ_WRITE if k in read_first else Access.WRITE) if k in written else Access.READ)
-        for k in sorted(read | written)
-    )
-    return Effects(accesses, frozenset(aliases), frozenset().union(*resources)), ops
+    accesses = []
+    for k in sorted(first_read.keys() | first_write.keys()):
+        w = first_write.get(k)
+        if w is None:
+            accesses.append(OperandEffect(k, Access.READ))
+        else:  # read-write when read no later than the first write: the old contents matter
+            accesses.append(OperandEffect(k, Access.READ_WRITE if first_read.get(k, w + 1) <= w else Access.WRITE))
+    return Effects(tuple(accesses), frozenset(aliases), frozenset().union(*resources)), ops
 
 
-def _define(inst: Instruction, eff: Effects, reach: dict[Value, frozenset[int]],
-            made: dict[Value, frozenset[Value]]) -> None:
-    """Record the outputs of one member: a fresh output is storage of its own; a view reaches what its source
-    reaches and views the storage its source views; outputs declared to share storage share both. An output the
-    member hands back (a value already known) keeps what it was, plus what it is declared to view."""
-    outs = inst.outputs
-    if not eff.aliases:
-        for out in outs:
-            if out not in made and out not in reach:
-                made[out] = frozenset((out,))
-        return
-    viewed: list[frozenset[int]] = [_NOWHERE] * len(outs)
-    storage: list[frozenset[Value] | None] = [None] * len(outs)  # None: no alias, fresh storage of its own
-    shared: list[tuple[int, int]] = []
-    for alias in eff.aliases:
-        j = alias.output
-        if j >= len(outs):
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What :func:`compose` needs of one member's effects, computed once per distinct :class:`Effects`."""
+
+    effects: Effects
+    """Kept so that the ``id`` the plan is cached under stays unique."""
+    blind: frozenset[int]
+    """Operand positions written without being read (pure writes)."""
+    writes: frozenset[int]
+    views: tuple[tuple[int, int], ...]
+    """``(output, operand)`` of every view of an operand."""
+    shared: tuple[tuple[int, int], ...]
+    """``(output, output)`` of outputs that share storage the member made."""
+
+    @classmethod
+    def of(cls, effects: Effects) -> _Plan:
+        return cls(effects, frozenset(e.index for e in effects.operands if e.access is Access.WRITE),
+                   effects.written, tuple((a.output, a.operand) for a in effects.aliases if not a.of_output),
+                   tuple((a.output, a.operand) for a in effects.aliases if a.of_output))
+
+
+_PLANS_MAX = 1 << 16
+_PLANS: dict[int, _Plan] = {}
+"""Plans by ``id`` of their effects (kept alive by the plan, so an id is never reused while cached): a partition
+composes thousands of regions from a few distinct effects."""
+
+
+def _plan(effects: Effects) -> _Plan:
+    if len(_PLANS) >= _PLANS_MAX:
+        _PLANS.clear()
+    plan = _PLANS[id(effects)] = _Plan.of(effects)
+    return plan
+
+
+def _storage(made: dict[Value, frozenset[Value] | None], value: Value) -> frozenset[Value]:
+    """The storage made inside the group that ``value`` may view (none for a value from outside)."""
+    found = made.get(value, _NOWHERE)
+    return frozenset((value,)) if found is None else found
+
+
+def _define_views(inst: Instruction, plan: _Plan, reach: dict[Value, frozenset[int]],
+                  made: dict[Value, frozenset[Value] | None]) -> None:
+    """Record the outputs of a member that declares views: a view reaches what its source reaches and views the
+    storage its source views; outputs declared to share storage share both; an output without an alias is fresh.
+    An output the member hands back (a value already known) keeps what it was, plus what it is declared to view."""
+    outs, inputs = inst.outputs, inst.inputs
+    new = [out not in made and out not in reach for out in outs]
+    for j, k in plan.views:
+        if j >= len(outs) or k >= len(inputs):
             continue
-        if alias.of_output:
-            if alias.operand < len(outs):
-                shared.append((j, alias.operand))
-            continue
-        if alias.operand >= len(inst.inputs):
-            continue
-        for v in operand_values(inst.inputs[alias.operand]):
-            viewed[j] |= reach.get(v, _NOWHERE)
-            storage[j] = (storage[j] or frozenset()) | made.get(v, frozenset())
-
-    def own_storage(j: int) -> frozenset[Value]:
-        found = storage[j]
-        return frozenset((outs[j],)) if found is None else found
-
-    for _ in shared:  # as many rounds as pairs: sharing travels along any chain of pairs
-        for a, b in shared:
-            viewed[a] = viewed[b] = viewed[a] | viewed[b]
-            storage[a] = storage[b] = own_storage(a) | own_storage(b)
+        out = outs[j]
+        for v in operand_values(inputs[k]):
+            r = reach.get(v)
+            if r:
+                known = reach.get(out)
+                reach[out] = r if known is None else known | r
+            if new[j]:  # only frozensets are stored here, so None means not yet
+                viewed = _storage(made, v) if v in made else _NOWHERE
+                known = made.get(out)
+                made[out] = viewed if known is None else known | viewed
     for j, out in enumerate(outs):
-        known = out in made or out in reach
-        if viewed[j]:
-            reach[out] = reach.get(out, _NOWHERE) | viewed[j]
-        if not known:
-            made[out] = own_storage(j)
+        if new[j] and out not in made:
+            made[out] = None  # no view: fresh storage of its own
+    pairs = [(outs[a], outs[b]) for a, b in plan.shared if a < len(outs) and b < len(outs)]
+    for _ in pairs:  # as many rounds as pairs: sharing travels along any chain of pairs
+        for a, b in pairs:
+            storage = _storage(made, a) | _storage(made, b)
+            viewed = reach.get(a, _NOWHERE) | reach.get(b, _NOWHERE)
+            for out in (a, b):
+                if viewed:
+                    reach[out] = viewed
+                if new[outs.index(out)]:
+                    made[out] = storage

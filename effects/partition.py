@@ -49,7 +49,7 @@ from .errors import CycleError, OrderViolation
 from .explain import violation_message
 from .graph import DependencyGraph
 from .model import Effects
-from .program import Instruction, Program
+from .program import Instruction, Program, operand_values
 
 __all__ = ["Region", "Partitioning", "partition", "region_effects", "apply_partition", "check_partition"]
 
@@ -212,10 +212,11 @@ def _escaping(graph: DependencyGraph, owner: list[int]) -> set[Value]:
     escaping: set[Value] = set(program.returns)
     for i, inst in enumerate(program.instructions):
         mine = owner[i]
-        for v in inst.input_values():
-            d = def_of.get(v)
-            if d is not None and owner[d] != mine:
-                escaping.add(v)
+        for operand in inst.inputs:
+            for v in operand_values(operand):
+                d = def_of.get(v)
+                if d is not None and owner[d] != mine:
+                    escaping.add(v)
         for v in inst.outputs:
             def_of[v] = i
     return escaping

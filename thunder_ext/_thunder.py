@@ -75,7 +75,7 @@ class Kind(enum.Enum):
     FIELD = "field"
     """An attribute of every ``owner`` instance (a dataclass field or set in ``__init__``)."""
     CACHE = "cached property"
-    """A ``functools.cached_property`` of ``owner``: read only when already computed (:meth:`Private.cached`)."""
+    """A ``functools.cached_property`` of ``owner``: read from the instance dict, only when already computed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +103,6 @@ class Private:
     def set(self, obj: Any, value: Any) -> None:
         """Replace the field on ``obj`` (``Kind.FIELD`` only)."""
         setattr(obj, self.name, value)
-
-    def cached(self, obj: Any) -> Any:
-        """The cached value on ``obj`` (``Kind.CACHE``), or ``None`` when Thunder has not computed it yet."""
-        return vars(obj).get(self.name)
 
 
 @dataclass(frozen=True, slots=True)

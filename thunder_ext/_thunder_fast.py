@@ -47,6 +47,8 @@ __all__ = ["flat_outs", "proxy_outs", "proxy_out_names", "proxy_arg_names", "fir
 
 _LEAF_TYPES = frozenset({int, float, bool, complex, str, type(None)})
 """Types Thunder's ``tree_flatten`` always treats as leaves (with proxies)."""
+_FLAT_OUTS, _FLAT_PROXY_ARGS = FLAT_OUTS.name, FLAT_PROXY_ARGS.name
+"""Slots of Thunder's cached properties, read straight from the instance dict on these hot paths."""
 
 
 # --- flattening -----------------------------------------------------------------------------------------------
@@ -80,7 +82,7 @@ def flat_outs(bsym: BoundSymbol) -> Sequence[Any]:
     """``bsym.flat_outs`` — without Thunder's pytree walk when the output is a leaf or a flat tuple/list of leaves,
     the common case for every bound symbol an executor transform creates afresh; Thunder's cached value when it
     has one."""
-    cached = FLAT_OUTS.cached(bsym)
+    cached = vars(bsym).get(_FLAT_OUTS)
     if cached is not None:
         return cached
     out = bsym.output
@@ -109,7 +111,7 @@ def proxy_arg_names(bsym: BoundSymbol) -> set[str]:
         names.add(name)
         return False
 
-    if FLAT_PROXY_ARGS.cached(bsym) is None and _leaf_names((bsym.args, bsym.kwargs), add) is False:
+    if _FLAT_PROXY_ARGS not in vars(bsym) and _leaf_names((bsym.args, bsym.kwargs), add) is False:
         return names
     return {p.name for p in bsym.flat_proxy_args}
 
