@@ -127,9 +127,10 @@ def guarded(original: Callable[..., Any], stand_in: Callable[..., Any]) -> Calla
     """What replaces ``original``: ``stand_in(original, *args)`` while the effect pipeline is active
     (:func:`thunder_ext.state.active`), else ``original(*args)`` — the one place the on/off check is made, so
     applying the patches changes nothing for plain ``thunder.jit`` until :func:`thunder_ext.install` is called.
-    A plain function (it may replace a method) that shows ``original``'s signature."""
+    A plain function (it may replace a method, so it binds like one) that shows ``original``'s name, docstring
+    and signature (``__wrapped__``), without copying its attributes (``original`` may be a class)."""
 
-    @functools.wraps(original)
+    @functools.wraps(original, updated=())
     def replacement(*args: Any, **kwargs: Any) -> Any:
         if state.active():
             return stand_in(original, *args, **kwargs)
