@@ -15,8 +15,9 @@ Both sides then run the same Thunder code on the same trace, inside a compile-da
   aliases, and ``fusion_pass`` runs the effect pipeline (adapter, dependency graph, partition, DCE and the
   rematerialization guard) in place of Thunder's partitioner, DCE and remat.
 
-Partitioner alone: Thunder's ``fuse_bound_symbols`` vs :func:`thunder_ext.pipeline.fuse_bound_symbols` on the
-operator-transformed trace (without ``update_aliases``), consecutive and dataflow.
+Partitioner alone: Thunder's ``fuse_bound_symbols`` vs :func:`thunder_ext.pipeline.fuse_bound_symbols` (what
+``fuse_bound_symbols`` runs under :func:`thunder_ext.install`) on the operator-transformed trace (without
+``update_aliases``), consecutive and dataflow.
 
 Stock measurements run in a forked child process killed after ``--cap`` seconds per size; a killed stage is
 reported as ``> cap`` (a measured lower bound) and larger sizes are not attempted for it. Nothing is
@@ -59,7 +60,6 @@ from thunder.executors.passes import _transform_for_operator_executor_execution
 from thunder.executors.torch_compile import torch_compile_ex
 
 from benchmarks.common import RESULTS_DIR, environment, markdown_table, write_results
-from thunder_ext import pipeline
 
 DEFAULT_SIZES = (1_000, 2_000, 4_800, 10_000, 20_000, 50_000)
 EXECUTORS = (torch_compile_ex, thunder.extend.get_executor("torch"), thunder.extend.get_executor("python"))
@@ -175,7 +175,7 @@ def run_ext(trace: Any, repeats: int, partitioners: bool) -> dict[str, Any]:
     thunder_ext.install()
     try:
         with compile_context("consecutive"):
-            recorded, out["alias_s"] = _median(lambda: pipeline.record_input_aliases(trace, []), repeats)
+            recorded, out["alias_s"] = _median(lambda: thunder.insert_alias_updates(trace, []), repeats)
             ex = _transform_for_operator_executor_execution(recorded, EXECUTORS)
             fused, out["fusion_pass_s"] = _median(lambda: torch_compile_ex.fusion_pass(ex), repeats)
             out["final"] = _fusion_stats(fused)
@@ -183,7 +183,7 @@ def run_ext(trace: Any, repeats: int, partitioners: bool) -> dict[str, Any]:
             for strategy in ("consecutive", "dataflow"):
                 with compile_context(strategy):
                     _, out[f"partition_{strategy}_s"] = _median(
-                        lambda: pipeline.fuse_bound_symbols(ex, _merge), repeats)
+                        lambda: data_dependent_partition.fuse_bound_symbols(ex, _merge), repeats)
     finally:
         thunder_ext.uninstall()
     return out

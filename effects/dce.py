@@ -4,7 +4,9 @@ An instruction is **live** if it is a *root* — it writes storage visible after
 value or a view of one), has any resource effect (ordered or unordered: an unordered effect forbids deletion
 only), or is opaque — or if a live node (``end`` included) depends on it through a DATA, RAW or WAW edge: it
 defines a value a live instruction uses or returns, or it wrote storage a live instruction later reads or
-partially overwrites. WAR and ORDER edges only constrain order and do not make their source live.
+partially overwrites (:data:`effects.edges.KEEPS_ALIVE`). WAR and ORDER edges only constrain order and do not make
+their source live. A caller may add roots of its own (``live_instructions(graph, roots=...)``): an adapter keeps
+what its host still needs, and everything those depend on is kept with them.
 
 So a mutation of a local buffer that nothing live reads afterwards is dead, and a mutation of an input is live.
 Propagating through RAW is what keeps ``t = empty(); fill_(t); return t + 1`` intact, although ``fill_`` defines
@@ -15,25 +17,28 @@ Cost: one backward sweep over the edges, O(n + e) (edges are grouped by destinat
 
 from __future__ import annotations
 
-from .graph import DependencyGraph, EdgeKind
+from collections.abc import Iterable
+
+from .edges import KEEPS_ALIVE
+from .graph import DependencyGraph
 from .program import Program
 from .registry import Registry
 
 __all__ = ["live_instructions", "dce"]
 
-_KEEPS_ALIVE = frozenset({EdgeKind.DATA, EdgeKind.RAW, EdgeKind.WAW})
 
-
-def live_instructions(graph: DependencyGraph) -> frozenset[int]:
-    """The instructions that must be kept (see the module docstring)."""
+def live_instructions(graph: DependencyGraph, roots: Iterable[int] = ()) -> frozenset[int]:
+    """The instructions that must be kept (see the module docstring); ``roots`` are instructions the caller
+    keeps for its own reasons (a value it still needs, a tag it honours), closed over like the graph's roots."""
     n = graph.n
     live = [graph.is_root(i) for i in range(n)] + [True]
+    for i in roots:
+        live[i] = True
     src, _, kind, _ = graph.edge_lists()
-    keeps = _KEEPS_ALIVE
     for v in range(n, -1, -1):  # destinations before their (smaller) sources
         if live[v]:
             for e in graph.pred_edge_range(v):
-                if kind[e] in keeps:
+                if kind[e] in KEEPS_ALIVE:
                     live[src[e]] = True
     return frozenset(i for i in range(n) if live[i])
 

@@ -54,7 +54,8 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, S
 from dataclasses import dataclass
 
 from .errors import FunctionalizationError
-from .graph import gc_paused, resolve_effects
+from ._util import gc_paused
+from .graph import resolve_effects
 from .model import Effects
 from .program import Const, Instruction, Program, format_window
 from .registry import Registry

@@ -37,54 +37,31 @@ are implied transitively (an earlier reader precedes the write it read, which pr
 All edges point forward in program order (``src < dst``), so the original order is always valid. Edges are stored
 in flat parallel lists grouped by destination (the edges into ``i`` are contiguous); :class:`Edge` objects are
 created only when :attr:`DependencyGraph.edges` or the query methods ask for them.
+
+Policy queries passes ask instead of re-deriving: :meth:`DependencyGraph.is_root` (never dead: writes visible
+storage, has a resource effect, or is opaque) and :meth:`DependencyGraph.written_storage` (the storage classes an
+instruction writes; ``None`` for opaque, which may write anything); the edge-kind sets passes follow are in
+:mod:`effects.edges`, the text that explains edges in :mod:`effects.explain`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import enum
-import gc
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
+from . import explain as _explain
+from ._util import gc_paused
 from .alias import StorageClasses
+from .edges import Edge, EdgeKind
 from .errors import UndefinedValueError
 from .model import GLOBAL, Access, Effects, Resource
-from .program import Const, Instruction, Program
+from .program import Const, Instruction, Program, operand_values
 from .registry import Registry, default_registry
 
-__all__ = ["EdgeKind", "Edge", "DependencyGraph", "HAZARD_RULES", "resolve_effects", "gc_paused"]
+__all__ = ["EdgeKind", "Edge", "DependencyGraph", "HAZARD_RULES", "resolve_effects"]
 
 Value = Hashable
-
-
-class EdgeKind(enum.Enum):
-    """Why the source of an edge must run before its destination."""
-
-    DATA = "data"
-    """The destination uses a value the source defines."""
-    RAW = "raw"
-    """Read after write: the destination reads storage the source wrote."""
-    WAR = "war"
-    """Write after read: the destination overwrites storage the source read."""
-    WAW = "waw"
-    """Write after write: both write the same storage; the later write must win."""
-    ORDER = "order"
-    """Both use the same ordered resource (or one is a ``GLOBAL`` barrier)."""
-    RETURN = "return"
-    """The source is the last write to storage visible after the program returns."""
-
-
-@dataclass(frozen=True, slots=True)
-class Edge:
-    """``src`` must run before ``dst`` because of ``kind``, caused by ``cause``."""
-
-    src: int
-    dst: int
-    kind: EdgeKind
-    cause: object
-    """The value (DATA), the storage's first-defined value (RAW/WAR/WAW/RETURN) or the Resource (ORDER)."""
 
 
 _DATA, _RAW, _WAR, _WAW, _ORDER, _RETURN = (
@@ -112,19 +89,6 @@ def resolve_effects(
                 eff = cache[inst.op] = reg.lookup(inst.op)
         resolved.append(eff)
     return resolved
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a pass allocates many small acyclic objects (edge tuples): its
-    repeated full scans would otherwise make the pass superlinear. Restores the previous state."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 # --- per-effects access plans (computed once per distinct Effects object) -------------------------------------
@@ -474,39 +438,6 @@ class DependencyGraph:
             Edge(a, b, self._kind[e], self._cause[e]) for e in self.pred_edge_range(b) if self._src[e] == a
         )
 
-    def is_root(self, i: int) -> bool:
-        """Whether instruction ``i`` must never be deleted: it writes visible storage, has a resource effect or
-        is opaque."""
-        return self._roots[i]
-
-    def _check_node(self, v: int) -> None:
-        if not (isinstance(v, int) and 0 <= v <= self.n):
-            raise IndexError(f"node {v!r} is not in this graph: nodes are 0..{self.n - 1} and end={self.n}")
-
-    # --- explanation -------------------------------------------------------------------------------------------
-    def label(self, v: int) -> str:
-        """``[i] instruction`` or ``[end] return (...)``."""
-        if v == self.n:
-            return f"[end] return ({', '.join(map(str, self.program.returns))})"
-        return f"[{v}] {self.program.instructions[v]}"
-
-    def describe(self, edge: Edge) -> str:
-        """One line saying why ``edge.src`` precedes ``edge.dst``."""
-        a, b, cause = self.label(edge.src), self.label(edge.dst), edge.cause
-        if edge.kind is EdgeKind.DATA:
-            return f"DATA: {b} uses {cause!r}, defined by {a}"
-        if edge.kind is EdgeKind.RAW:
-            return f"RAW on storage of {cause!r}: {b} reads what {a} wrote"
-        if edge.kind is EdgeKind.WAR:
-            return f"WAR on storage of {cause!r}: {b} overwrites what {a} read"
-        if edge.kind is EdgeKind.WAW:
-            return f"WAW on storage of {cause!r}: {b} writes after {a}, and the later write must win"
-        if edge.kind is EdgeKind.RETURN:
-            return f"RETURN: {a} is the last write to storage of {cause!r}, which is visible after the return"
-        if cause == GLOBAL:
-            return f"ORDER on {cause}: a global barrier (opaque or GLOBAL-ordered) separates {a} and {b}"
-        return f"ORDER on resource {cause}: {a} and {b} both use it and must keep program order"
-
     def path(self, a: int, b: int) -> list[int] | None:
         """A shortest dependency path ``a -> ... -> b`` (``[a]`` if ``a == b``), or ``None``."""
         self._check_node(a)
@@ -531,38 +462,45 @@ class DependencyGraph:
                     queue.append(w)
         return None
 
+    def is_root(self, i: int) -> bool:
+        """Whether instruction ``i`` must never be deleted: it writes visible storage, has a resource effect or
+        is opaque."""
+        return self._roots[i]
+
+    def written_storage(self, i: int) -> frozenset[int] | None:
+        """The storage classes instruction ``i`` writes (:attr:`storage` numbers); ``None`` when it is opaque: it
+        may write any storage, also through state the program does not show, so a caller must treat every class
+        as written."""
+        eff = self._effects[i]
+        if eff.opaque:
+            return None
+        inputs = self.program.instructions[i].inputs
+        class_of = self.storage.storage
+        return frozenset(class_of(v) for k in eff.written for v in operand_values(inputs[k]))
+
+    def _check_node(self, v: int) -> None:
+        if not (isinstance(v, int) and 0 <= v <= self.n):
+            raise IndexError(f"node {v!r} is not in this graph: nodes are 0..{self.n - 1} and end={self.n}")
+
+    # --- explanation -------------------------------------------------------------------------------------------
+    def label(self, v: int) -> str:
+        """``[i] instruction`` or ``[end] return (...)``."""
+        if v == self.n:
+            return f"[end] return ({', '.join(map(str, self.program.returns))})"
+        return f"[{v}] {self.program.instructions[v]}"
+
+    def describe(self, edge: Edge) -> str:
+        """One line saying why ``edge.src`` precedes ``edge.dst`` (:func:`effects.explain.describe`)."""
+        return _explain.describe(self, edge)
+
     def explain(self, a: int, b: int) -> str:
-        """Why ``a`` must run before ``b``: the direct edges, or a shortest path of edges; or that it need not."""
-        steps = self.path(a, b)
-        if steps is None:
-            return (f"nothing requires {self.label(a)} to run before {self.label(b)}: no dependency path "
-                    "(they may be reordered)")
-        if len(steps) == 1:
-            return f"{self.label(a)} is the node itself"
-        lines = [f"{self.label(a)} must run before {self.label(b)}:"]
-        if len(steps) > 2:
-            lines[0] = lines[0][:-1] + f" (through {len(steps) - 2} other instruction(s)):"
-        for u, w in zip(steps, steps[1:]):
-            lines.extend(f"  {self.describe(e)}" for e in self.edges_between(u, w))
-        return "\n".join(lines)
+        """Why ``a`` must run before ``b``, or that it need not (:func:`effects.explain.explain`)."""
+        return _explain.explain(self, a, b)
 
     def to_dot(self, *, name: str = "effects") -> str:
-        """Graphviz DOT text: one node per instruction plus ``end``, one labelled edge per dependency."""
-        colors = {EdgeKind.DATA: "black", EdgeKind.RAW: "red", EdgeKind.WAR: "blue", EdgeKind.WAW: "purple",
-                  EdgeKind.ORDER: "darkgreen", EdgeKind.RETURN: "orange"}
-        lines = [f"digraph {_dot_quote(name)} {{", "  node [shape=box, fontname=monospace];"]
-        for v in range(self.n + 1):
-            lines.append(f"  n{v} [label={_dot_quote(self.label(v))}];")
-        for e in self.edges:
-            style = "" if e.kind in (EdgeKind.DATA, EdgeKind.RAW) else ", style=dashed"
-            lines.append(f"  n{e.src} -> n{e.dst} [label={_dot_quote(f'{e.kind.name} {e.cause}')}, "
-                         f"color={colors[e.kind]}{style}];")
-        lines.append("}")
-        return "\n".join(lines)
+        """Graphviz DOT text of the graph (:func:`effects.explain.to_dot`)."""
+        return _explain.to_dot(self, name=name)
 
     def __repr__(self) -> str:
         return f"<DependencyGraph {self.n} instructions, {len(self._src)} edges>"
 
-
-def _dot_quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'

@@ -51,7 +51,7 @@ __all__ = [
     "IO",
     "rng",
     "comm",
-    "make_effects",
+    "describe_key",
 ]
 
 
@@ -222,10 +222,11 @@ def _merge_resources(*groups: Iterable[ResourceEffect]) -> frozenset[ResourceEff
 
 @dataclass(frozen=True, slots=True)
 class Effects:
-    """Everything an op does besides computing its outputs. Build with :func:`make_effects` or the constructor.
+    """Everything an op does besides computing its outputs. Build with :func:`~effects.spec.make_effects` or the
+    constructor.
 
-    Operand effects are normalised to one entry per operand, sorted; construct through :func:`make_effects` or
-    :meth:`union` to get that normal form (the constructor normalises too).
+    Operand effects are normalised to one entry per operand, sorted; construct through
+    :func:`~effects.spec.make_effects` or :meth:`union` to get that normal form (the constructor normalises too).
     """
 
     operands: tuple[OperandEffect, ...] = ()
@@ -271,6 +272,45 @@ class Effects:
         if self.opaque:
             return frozenset({GLOBAL})
         return frozenset(r.resource for r in self.resources if r.ordered)
+
+    # --- policy queries ------------------------------------------------------------------------------------
+    @property
+    def has_side_effects(self) -> bool:
+        """Whether the op does something besides computing its outputs that a pass must not drop: it is opaque,
+        writes an operand, or has a resource effect (ordered or not). Views alone are not side effects."""
+        return self.opaque or bool(self.resources) or any(e.access.writes for e in self.operands)
+
+    def uncovered(self, required: Effects) -> tuple[str, ...]:
+        """The effects of ``required`` that these effects drop, reading ``self`` as the effects of an
+        implementation of an op whose effects are ``required`` (empty: :meth:`covers` holds).
+
+        An implementation may add effects, but it must write every operand the op writes, not turn a read-write
+        into a pure write, keep every definite alias, and use every resource the op uses (ordered where the op's
+        use is ordered). An opaque ``required`` asks for nothing that can be checked; opaque effects cover
+        everything.
+        """
+        if required.opaque or self.opaque:
+            return ()
+        missing = []
+        for eff in required.operands:
+            got = self.access(eff.index)
+            if eff.access.writes and (got is None or not got.writes):
+                missing.append(f"{eff} (the implementation does not write it)")
+            elif eff.access.reads and got is Access.WRITE:
+                missing.append(f"{eff} (the implementation declares a pure write, which drops the read)")
+        missing += [
+            str(alias) for alias in sorted(required.aliases)
+            if not alias.may and not any((a.output, a.operand) == (alias.output, alias.operand) for a in self.aliases)
+        ]
+        ordered = self.ordered_resources
+        present = {r.resource for r in self.resources}
+        missing += [str(r) for r in sorted(required.resources) if r.resource not in (ordered if r.ordered else present)]
+        return tuple(missing)
+
+    def covers(self, required: Effects) -> bool:
+        """Whether an implementation with these effects may stand in for an op with ``required`` effects
+        (:meth:`uncovered` is empty)."""
+        return not self.uncovered(required)
 
     # --- composition ---------------------------------------------------------------------------------------
     def union(self, *others: Effects) -> Effects:
@@ -358,60 +398,6 @@ class Effects:
 
 PURE = Effects()
 OPAQUE = Effects(opaque=True)
-
-OperandRef = int | str
-
-
-def make_effects(
-    *,
-    reads: Iterable[OperandRef] = (),
-    writes: Iterable[OperandRef] = (),
-    read_writes: Iterable[OperandRef] = (),
-    aliases: Iterable[tuple[int, OperandRef] | tuple[int, OperandRef, bool] | Alias] = (),
-    resources: Iterable[Resource | ResourceEffect] = (),
-    signature: Signature | None = None,
-    op: object = "<op>",
-) -> Effects:
-    """Build effects from operand positions or names.
-
-    ``writes`` are pure writes, ``read_writes`` read the old value too (``reads`` + ``writes`` of the same operand
-    merge into read-write). ``aliases`` are ``(output, operand)`` or ``(output, operand, may)``; plain
-    :class:`Resource` values mean ordered effects. Names need ``signature``; with one, everything is validated.
-
-    >>> str(make_effects(read_writes=[0], aliases=[(0, 0)]))
-    'read-write(0), out0 aliases 0'
-
-    Raises:
-        UnknownOperandError: a name without a signature, or one the signature lacks.
-        OperandOutOfRangeError, NonTensorWriteError, MissingOutputError: see :meth:`Effects.validate`.
-    """
-
-    def pos(ref: OperandRef) -> int:
-        if signature is not None:
-            return signature.position(ref, op=op)
-        if isinstance(ref, str):
-            raise UnknownOperandError(
-                f"{op}: operand {ref!r} is given by name but no signature was provided; pass signature=... "
-                "or use a position."
-            )
-        if isinstance(ref, bool) or not isinstance(ref, int) or ref < 0:
-            raise OperandOutOfRangeError(f"{op}: operand position must be a non-negative int, got {ref!r}")
-        return ref
-
-    operands = [OperandEffect(pos(r), Access.READ) for r in reads]
-    operands += [OperandEffect(pos(r), Access.WRITE) for r in writes]
-    operands += [OperandEffect(pos(r), Access.READ_WRITE) for r in read_writes]
-    alias_set = set()
-    for a in aliases:
-        if isinstance(a, Alias):
-            alias_set.add(Alias(a.output, pos(a.operand), a.may))
-        else:
-            out, ref, *may = a
-            alias_set.add(Alias(out, pos(ref), bool(may[0]) if may else False))
-    res = frozenset(r if isinstance(r, ResourceEffect) else ResourceEffect(r, True) for r in resources)
-    effects = Effects(tuple(operands), frozenset(alias_set), res)
-    return effects.validate(signature, op=op) if signature is not None else effects
-
 
 def describe_key(op: Hashable) -> str:
     """A readable name for an op key (used in messages)."""

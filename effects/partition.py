@@ -31,12 +31,10 @@ Strategies:
   for a hard linear bound.
 
 Composition (:func:`region_effects`): a region's inputs are the values its members use but do not define (first
-use order), its outputs the values it defines that are used outside or returned. Its effects are the union of the
-members' effects remapped onto the inputs: accesses to an input keep their kind (several members merge), a write
-through a region-internal value that shares storage with inputs (a view made inside the region) becomes a
-read-write of those inputs, writes to storage that only exists inside the region are dropped, resources are kept,
-and an opaque member makes the region opaque. An output sharing storage with an input is declared a *may* view
-of it. Every input is read by the region unless its only accesses are pure writes.
+use order), its outputs the values it defines that are used outside or returned, and its effects those of its
+members seen from outside, by the one rule every group of instructions follows (:func:`effects.compose.compose`:
+views made inside reach the inputs they view, storage made inside is invisible, a pure write stays pure when the
+region only reads what it wrote, opaque absorbs).
 """
 
 from __future__ import annotations
@@ -45,11 +43,13 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ._util import gc_paused
+from .compose import compose
 from .errors import CycleError, OrderViolation
-from .graph import DependencyGraph, gc_paused
-from .model import OPAQUE, Access, Alias, Effects, OperandEffect, ResourceEffect
-from .program import Const, Instruction, Program
-from .schedule import violation_message
+from .explain import violation_message
+from .graph import DependencyGraph
+from .model import Effects
+from .program import Instruction, Program, operand_values
 
 __all__ = ["Region", "Partitioning", "partition", "region_effects", "apply_partition", "check_partition"]
 
@@ -205,14 +205,6 @@ def partition(
 
 
 # --- composition --------------------------------------------------------------------------------------------------
-def _values(operand: object) -> tuple[Value, ...]:
-    if isinstance(operand, Const):
-        return ()
-    if isinstance(operand, tuple):
-        return tuple(v for v in operand if not isinstance(v, Const))
-    return (operand,)
-
-
 def _escaping(graph: DependencyGraph, owner: list[int]) -> set[Value]:
     """Values used by an instruction of another region than their definer's, or returned."""
     program = graph.program
@@ -221,7 +213,7 @@ def _escaping(graph: DependencyGraph, owner: list[int]) -> set[Value]:
     for i, inst in enumerate(program.instructions):
         mine = owner[i]
         for operand in inst.inputs:
-            for v in _values(operand):
+            for v in operand_values(operand):
                 d = def_of.get(v)
                 if d is not None and owner[d] != mine:
                     escaping.add(v)
@@ -230,102 +222,22 @@ def _escaping(graph: DependencyGraph, owner: list[int]) -> set[Value]:
     return escaping
 
 
-_READ, _WRITE = 1, 2
-_ACCESS = {_READ: Access.READ, _WRITE: Access.WRITE, _READ | _WRITE: Access.READ_WRITE}
-
-
-def _operand_bits(effects: Effects) -> dict[int, int]:
-    """Declared accesses as bit sets (READ=1, WRITE=2) by operand position; undeclared operands are read."""
-    bits = {}
-    for e in effects.operands:
-        bits[e.index] = (_WRITE if e.access.writes else 0) | (_READ if e.access.reads else 0)
-    return bits
-
-
 def region_effects(
     graph: DependencyGraph, members: Sequence[int]
 ) -> tuple[Effects, tuple[Value, ...], tuple[Value, ...]]:
     """``(effects, inputs, outputs)`` of the region made of ``members`` (see the module docstring)."""
-    insts = graph.program.instructions
-    member_set = set(members)
-    defined = {v for m in members for v in insts[m].outputs}
-    escaping = set(graph.program.returns)
-    for i, inst in enumerate(insts):
-        if i not in member_set:
-            escaping.update(v for operand in inst.inputs for v in _values(operand) if v in defined)
-    return _compose_region(graph, members, escaping, {})
-
-
-def _compose_region(
-    graph: DependencyGraph,
-    members: Sequence[int],
-    escaping: set[Value],
-    cache: dict[int, tuple[Effects, dict[int, int]]],
-) -> tuple[Effects, tuple[Value, ...], tuple[Value, ...]]:
-    """:func:`region_effects` given the escaping values and a cache of operand bits per Effects object."""
-    insts = graph.program.instructions
-    defined: set[Value] = set()
+    owner = [1] * graph.n
     for m in members:
-        defined.update(insts[m].outputs)
+        owner[m] = 0
+    return _region(graph, members, _escaping(graph, owner))
 
-    inputs: dict[Value, int] = {}
-    access: list[int] = []
-    storage = graph.storage
-    internal_writes: set[int] = set()
-    opaque = False
-    resources: list[frozenset[ResourceEffect]] = []
-    for m in members:
-        eff = graph.effects(m)
-        entry = cache.get(id(eff))
-        if entry is None:
-            entry = cache[id(eff)] = (eff, _operand_bits(eff))  # keep eff alive so its id stays unique
-        bits = entry[1]
-        opaque = opaque or eff.opaque
-        if eff.resources:
-            resources.append(eff.resources)
-        for pos, operand in enumerate(insts[m].inputs):
-            acc = bits.get(pos, _READ)
-            if acc != _WRITE:  # every operand is read unless it is a pure write
-                acc |= _READ
-            for v in _values(operand):
-                if v in defined:
-                    if acc & _WRITE:
-                        internal_writes.add(storage.storage(v))
-                    continue
-                k = inputs.get(v)
-                if k is None:
-                    inputs[v] = len(access)
-                    access.append(acc)
-                else:
-                    access[k] |= acc
-    input_values = tuple(inputs)
+
+def _region(graph: DependencyGraph, members: Sequence[int],
+            escaping: set[Value]) -> tuple[Effects, tuple[Value, ...], tuple[Value, ...]]:
+    insts = graph.program.instructions
     outputs = tuple(v for m in members for v in insts[m].outputs if v in escaping)
-    if opaque:
-        return OPAQUE, input_values, outputs
-
-    inputs_by_class: dict[int, list[int]] = {}
-    for k, v in enumerate(input_values):
-        inputs_by_class.setdefault(storage.storage(v), []).append(k)
-    for c in internal_writes:
-        for k in inputs_by_class.get(c, ()):
-            access[k] = _READ | _WRITE  # a write through a view made inside the region: partial, keeps the rest
-    aliases = {
-        Alias(j, k, may=True) for j, v in enumerate(outputs) for k in inputs_by_class.get(storage.storage(v), ())
-    }
-    first_output_of_class: dict[int, int] = {}
-    for j, v in enumerate(outputs):  # outputs sharing storage created inside the region (a tensor and its view)
-        c = storage.storage(v)
-        if c in inputs_by_class:
-            continue
-        first = first_output_of_class.setdefault(c, j)
-        if first != j:
-            aliases.add(Alias(j, first, may=True, of_output=True))
-    effects = Effects(
-        operands=tuple(OperandEffect(k, _ACCESS[a]) for k, a in enumerate(access)),
-        aliases=frozenset(aliases),
-        resources=frozenset().union(*resources),
-    )
-    return effects, input_values, outputs
+    effects, inputs = compose([insts[m] for m in members], [graph.effects(m) for m in members], outputs)
+    return effects, inputs, outputs
 
 
 def _compose(graph: DependencyGraph, groups: list[list[int]]) -> list[Region]:
@@ -334,12 +246,7 @@ def _compose(graph: DependencyGraph, groups: list[list[int]]) -> list[Region]:
         for m in group:
             owner[m] = k
     escaping = _escaping(graph, owner)
-    cache: dict[int, tuple[Effects, dict[int, int]]] = {}
-    regions = []
-    for group in groups:
-        effects, inputs, outputs = _compose_region(graph, group, escaping, cache)
-        regions.append(Region(tuple(group), effects, inputs, outputs))
-    return regions
+    return [Region(tuple(group), *_region(graph, group, escaping)) for group in groups]
 
 
 # --- applying and checking ----------------------------------------------------------------------------------------

@@ -17,17 +17,31 @@ There is one process-wide :func:`default_registry`; :meth:`Registry.copy` or ``R
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Literal
 
 from .errors import ConflictingDeclarationError, UndeclaredOpError
 from .model import OPAQUE, Effects, Signature, describe_key
 
-__all__ = ["Declaration", "Resolution", "Registration", "Registry", "default_registry", "Deriver"]
+__all__ = ["Declaration", "Origin", "Resolution", "Registration", "Registry", "default_registry", "Deriver"]
 
-Origin = Literal["declared", "derived", "unknown"]
+
+class Origin(str, enum.Enum):
+    """Where the effects of a :class:`Resolution` came from (compares equal to its string value)."""
+
+    DECLARED = "declared"
+    """An explicit declaration (:meth:`Registry.declare`)."""
+    DERIVED = "derived"
+    """A default rule derived them from the op itself (its torch schema, :mod:`effects.schema`)."""
+    UNKNOWN = "unknown"
+    """Nobody knows: :data:`~effects.model.OPAQUE`, a full barrier."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
 Deriver = Callable[[Hashable], "tuple[Effects, Signature | None] | None"]
 """A default rule: given an op key, return its effects (and signature) or ``None`` if it cannot tell."""
 
@@ -163,17 +177,17 @@ class Registry:
         stack = self._entries.get(op)
         if stack:
             top = stack[-1]
-            return Resolution(top.effects, "declared", top.source, top.signature)
+            return Resolution(top.effects, Origin.DECLARED, top.source, top.signature)
         derived = self._derive(op)
         if derived is not None:
-            return Resolution(derived[0], "derived", "schema", derived[1])
+            return Resolution(derived[0], Origin.DERIVED, "schema", derived[1])
         if self.strict:
             raise UndeclaredOpError(
                 f"no effects declared for {describe_key(op)} and none can be derived from a schema; declare "
                 "them with registry.declare(op, effects, source=...) (use effects.PURE if it has none), or use "
                 "a non-strict registry to treat it as opaque."
             )
-        return Resolution(OPAQUE, "unknown", "default", None)
+        return Resolution(OPAQUE, Origin.UNKNOWN, "default", None)
 
     def lookup(self, op: Hashable) -> Effects:
         """The effects of ``op`` (see :meth:`resolve`)."""

@@ -60,7 +60,8 @@ from typing import NamedTuple
 
 from .alias import StorageClasses
 from .functionalize import Functionalized
-from .graph import gc_paused, resolve_effects
+from ._util import gc_paused
+from .graph import resolve_effects
 from .model import Effects, describe_key
 from .program import Const, Instruction, Program, operand_values
 from .registry import Registry

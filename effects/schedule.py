@@ -18,7 +18,8 @@ import random as _random
 from collections.abc import Sequence
 
 from .errors import OrderViolation
-from .graph import DependencyGraph, Edge
+from .explain import violation_message
+from .graph import DependencyGraph
 from .program import Program, format_window
 
 __all__ = ["toposort", "check_order", "is_valid_order", "random_order", "reorder"]
@@ -91,18 +92,6 @@ def _positions(graph: DependencyGraph, order: Sequence[int]) -> list[int]:
         )
     pos[n] = n
     return pos
-
-
-def violation_message(graph: DependencyGraph, edge: Edge, where: str) -> str:
-    """A message for a broken edge: why it exists, and both instructions in context."""
-    program = graph.program
-    parts = [f"{where} violates a {edge.kind.name} edge: {graph.label(edge.src)} must run before "
-             f"{graph.label(edge.dst)}", f"  because {graph.describe(edge)}"]
-    for v, mark in ((edge.src, "<-- must run first"), (edge.dst, "<-- must run second")):
-        if v < graph.n:
-            parts.append(f" near instruction {v} of the original program:\n"
-                         f"{format_window(program, v, radius=2, marks={v: mark})}")
-    return "\n".join(parts)
 
 
 def _first_violation(graph: DependencyGraph, pos: list[int]) -> int | None:

@@ -26,6 +26,7 @@ import re
 from collections.abc import Hashable
 from functools import lru_cache
 
+from .errors import InvalidDeclaration
 from .model import (
     OPAQUE,
     Access,
@@ -39,7 +40,7 @@ from .model import (
     Signature,
 )
 
-__all__ = ["from_schema", "derive", "RNG_DEFAULT", "BLIND_WRITERS", "MAY_VIEW"]
+__all__ = ["from_schema", "derive", "schema_effects", "RNG_DEFAULT", "BLIND_WRITERS", "MAY_VIEW"]
 
 RNG_DEFAULT = Resource("rng", "default")
 """The RNG resource used for schema-derived random ops (device unknown at schema level)."""
@@ -181,3 +182,24 @@ def derive(op: Hashable) -> tuple[Effects, Signature | None] | None:
     if isinstance(op, torch._C.FunctionSchema):
         return from_schema(op)
     return None
+
+
+def schema_effects(spec: object, *, op: object = "<op>") -> tuple[Effects, Signature | None]:
+    """Effects and signature of a schema spec: a schema string (parsed by ``torch._C.parse_schema``), a
+    ``FunctionSchema``, or a torch op that has a schema (anything :func:`derive` accepts).
+
+    Raises:
+        InvalidDeclaration: the string does not parse as a schema.
+        TypeError: ``spec`` is none of these.
+    """
+    import torch
+
+    if isinstance(spec, str):
+        try:
+            spec = torch._C.parse_schema(spec)
+        except RuntimeError as error:
+            raise InvalidDeclaration(f"{op}: cannot parse the schema {spec!r}: {error}") from None
+    found = derive(spec)  # type: ignore[arg-type]
+    if found is None:
+        raise TypeError(f"{op}: effects must be Effects, a schema, or a mapping of operand lists; got {spec!r}")
+    return found

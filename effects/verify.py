@@ -18,10 +18,10 @@ from collections.abc import Hashable, Iterator
 
 from .dce import live_instructions
 from .errors import OrderViolation
+from .explain import violation_message
 from .graph import DependencyGraph
 from .program import Instruction, Program, format_window
 from .registry import Registry
-from .schedule import violation_message
 
 __all__ = ["verify"]
 

@@ -9,8 +9,11 @@ operators there too.
 * Users: :func:`jit` (``thunder.jit`` with the effect-aware pipeline), :func:`install` / :func:`uninstall` /
   :func:`enabled` (make plain ``thunder.jit`` use it), :class:`EffectVerification` / :func:`verify_jitted`,
   :class:`Reinplace`, :func:`coverage` (how Thunder's symbols got their effects).
-* Executor authors (:mod:`thunder_ext.plugin`): :class:`OperatorExecutor`, :func:`register_operator`,
-  :func:`register_implementation`, :func:`declare_effects`, :func:`check_executor`, :class:`CheckEffects`.
+* Executor authors: :class:`OperatorExecutor`, :func:`register_operator`, :func:`register_implementation`,
+  :func:`declare_effects` (:mod:`thunder_ext.plugin`), :func:`check_executor`, :class:`CheckEffects`
+  (:mod:`thunder_ext.honesty`).
+
+The module map, with what each module owns and may import, is ``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -28,18 +31,19 @@ from . import declarations  # noqa: E402
 _REGISTRATIONS = declarations.register(effects.default_registry())
 
 from . import functionalize  # noqa: E402,F401  (declares its write-back operator at import)
-from .declarations import coverage, impl_key, key_of  # noqa: E402
-from .jit import EffectVerification, enabled, install, jit, uninstall, verify_jitted  # noqa: E402
+from .declarations import coverage  # noqa: E402
+from .honesty import CheckEffects, check_executor  # noqa: E402
+from .jit import enabled, install, jit, uninstall  # noqa: E402
+from .keys import impl_key, key_of  # noqa: E402
 from .plugin import (  # noqa: E402
-    CheckEffects,
     DroppedEffectError,
     OperatorExecutor,
-    check_executor,
     declare_effects,
     register_implementation,
     register_operator,
 )
 from .reinplace import Reinplace  # noqa: E402
+from .verify import EffectVerification, verify_jitted  # noqa: E402
 
 __all__ = [
     "thunder",

@@ -1,17 +1,10 @@
-"""Effect declarations for Thunder's symbols, registered in :func:`effects.default_registry` at import.
+"""Effect declarations for Thunder's symbols: the table :func:`register` declares in a registry (``thunder_ext``
+declares them in :func:`effects.default_registry` at import), and the coverage report of how each got its effects.
 
-Keys (a convention other modules rely on):
+Keys and operand positions follow :mod:`thunder_ext.keys`: ``sym.id`` for symbols, ``(sym.id, executor.name)``
+for executor implementations, positions in the order of the symbol's Python signature.
 
-* a Thunder symbol is keyed by ``sym.id`` (:func:`key_of`): a ``PrimIDs`` member for prims, a string such as
-  ``"torch.Tensor.add_"`` for ``thunder.torch`` (ltorch) symbols;
-* an executor's *implementation* symbol (the symbol an operator executor substitutes when it claims a bound
-  symbol, e.g. the torch executor's ``copy_``) is keyed ``(sym.id, executor.name)`` (:func:`impl_key`); the
-  adapter prefers this key whenever a bound symbol's symbol belongs to an executor.
-
-Operand positions are the parameters of the symbol's Python signature (its meta function), in order; the adapter
-binds each bound symbol's ``args``/``kwargs`` to the same signature (:func:`signature_of`).
-
-Where the effects come from (reported by :func:`coverage`):
+Where the effects come from — the :data:`Category` of each symbol, reported by :func:`coverage`:
 
 * ``declared`` — the explicit table below: the prims that are not pure (``copy_``, RNG, ``print``, views,
   ``update_aliases``, bookkeeping), composite symbols with hidden writes (``batch_norm`` writes its running
@@ -33,10 +26,10 @@ implementation serves several symbols).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
@@ -45,16 +38,16 @@ from effects import (
     GLOBAL,
     IO,
     PURE,
+    RNG_DEFAULT,
     Effects,
-    Param,
-    ParamKind,
+    Origin,
     Resource,
     ResourceEffect,
     Signature,
     comm,
+    derive,
     make_effects,
 )
-from effects.schema import RNG_DEFAULT, derive
 
 import thunder.torch as ltorch
 from thunder.core import prims
@@ -62,13 +55,13 @@ from thunder.core.prims import OpTags, PrimIDs
 from thunder.core.symbol import Symbol
 from thunder.executors import torchex
 
+from ._thunder import MAY_VIEW_SYMBOLS, TORCH_FUNCTION_MAP, VIEW_SYMBOLS
+from .keys import impl_key, python_signature, signature_of
+
 __all__ = [
     "SOURCE",
-    "key_of",
-    "impl_key",
-    "signature_of",
-    "python_signature",
-    "origin_of",
+    "Category",
+    "category_of",
     "Coverage",
     "coverage",
     "register",
@@ -84,68 +77,9 @@ ASSERT = Resource("assert")
 GRAD_MODE = Resource("grad_mode")
 """Autograd's grad mode, which ``torch.no_grad()``/``enable_grad()`` blocks switch (ordered among themselves)."""
 
-Origin = Literal["declared", "schema-derived", "subsymbols", "opaque"]
-
-
-def key_of(sym: Symbol) -> Hashable:
-    """The registry key of a Thunder symbol: its ``id``."""
-    return sym.id
-
-
-def impl_key(sym: Symbol) -> Hashable | None:
-    """``(sym.id, executor.name)`` for an executor's implementation symbol, ``None`` for a plain symbol.
-
-    Symbols made by a transform rather than an executor (the CUDA graph transform sets itself as the ``executor``
-    of its graph regions; it has no ``name``) have no implementation key.
-    """
-    name = getattr(sym.executor, "name", None)
-    return None if name is None else (sym.id, name)
-
-
-# --- signatures -----------------------------------------------------------------------------------------------
-def _meta_function(sym: Symbol) -> Callable[..., Any] | None:
-    meta: Any = sym.meta
-    seen = 0
-    while isinstance(meta, Symbol) and seen < 16:  # implementation symbols are registered "like" another symbol
-        meta, seen = meta.meta, seen + 1
-    return meta if callable(meta) and not isinstance(meta, Symbol) else None
-
-
-@lru_cache(maxsize=None)
-def _python_signature_cached(sym: Symbol) -> inspect.Signature | None:
-    meta = _meta_function(sym)
-    if meta is None:
-        return None
-    try:
-        return inspect.signature(meta)
-    except (TypeError, ValueError):
-        return None
-
-
-def python_signature(sym: Symbol) -> inspect.Signature | None:
-    """The Python signature the symbol's bound symbols bind to (``None`` when it cannot be determined)."""
-    try:
-        return _python_signature_cached(sym)
-    except TypeError:  # unhashable symbol (never the case for Thunder's frozen dataclass, kept for safety)
-        return None
-
-
-def _param_kind(param: inspect.Parameter) -> ParamKind:
-    if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-        return ParamKind.TENSOR_LIST
-    annotation = param.annotation
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
-    if annotation is inspect.Parameter.empty or "Tensor" in text:
-        return ParamKind.TENSOR_LIST if ("Sequence" in text or "list" in text or "tuple" in text) else ParamKind.TENSOR
-    return ParamKind.OTHER
-
-
-def signature_of(sym: Symbol) -> Signature | None:
-    """The effects :class:`~effects.Signature` of a symbol: one operand per Python parameter."""
-    sig = python_signature(sym)
-    if sig is None:
-        return None
-    return Signature(tuple(Param(name, _param_kind(p)) for name, p in sig.parameters.items()))
+Category = Literal["declared", "schema-derived", "subsymbols", "opaque"]
+"""How a Thunder symbol got its effects (see the module docstring); the registry's own
+:class:`effects.Origin` says only whether a key was declared, derived or unknown."""
 
 
 # --- the explicit table ---------------------------------------------------------------------------------------
@@ -208,7 +142,7 @@ def _symbols_behind(value: object) -> tuple[Symbol, ...]:
 def _torch_functions() -> dict[Hashable, list[object]]:
     """ltorch symbol id -> the torch functions that map to it."""
     found: dict[Hashable, list[object]] = {}
-    for torch_fn, value in ltorch._torch_to_thunder_function_map.items():
+    for torch_fn, value in TORCH_FUNCTION_MAP.get().items():
         for sym in _symbols_behind(value):
             found.setdefault(sym.id, []).append(torch_fn)
     return found
@@ -228,7 +162,7 @@ def _torch_function_named(dotted: object) -> object | None:
 
 def _ltorch_symbols() -> dict[Hashable, Symbol]:
     found = {v.id: v for v in vars(ltorch).values() if isinstance(v, Symbol)}
-    for value in ltorch._torch_to_thunder_function_map.values():
+    for value in TORCH_FUNCTION_MAP.get().values():
         for sym in _symbols_behind(value):
             found.setdefault(sym.id, sym)
     return found
@@ -253,8 +187,9 @@ def _explicit_ltorch(symbols: dict[Hashable, Symbol]) -> dict[Hashable, Effects]
         sym = getattr(getattr(ltorch, "dist", None), name, None) or getattr(ltorch, name, None)
         if isinstance(sym, Symbol):
             table[sym.id] = make_effects(resources=[comm()])
-    for view in (*ltorch._syms_returning_views, *ltorch._syms_that_may_return_views):
-        table.setdefault(view.id, make_effects(aliases=[(0, 0, view in ltorch._syms_that_may_return_views)]))
+    may_view = MAY_VIEW_SYMBOLS.get()
+    for view in (*VIEW_SYMBOLS.get(), *may_view):
+        table.setdefault(view.id, make_effects(aliases=[(0, 0, view in may_view)]))
     for sym in symbols.values():  # torch.no_grad() and friends switch autograd's mode, they touch no tensor
         if sym.tags and OpTags.CTX_MANAGER_ENTER_EXIT_OP in sym.tags:
             table[sym.id] = make_effects(resources=[GRAD_MODE])
@@ -326,19 +261,19 @@ def _from_schema(sym: Symbol, torch_fns: list[object]) -> Effects | None:
 @dataclass(frozen=True, slots=True)
 class _Tables:
     effects: dict[Hashable, Effects]
-    origins: dict[Hashable, Origin]
+    categories: dict[Hashable, Category]
     signatures: dict[Hashable, Signature | None]
 
 
 def _build_tables() -> _Tables:
     effects_by_key: dict[Hashable, Effects] = {}
-    origins: dict[Hashable, Origin] = {}
+    categories: dict[Hashable, Category] = {}
     signatures: dict[Hashable, Signature | None] = {}
 
     prim_syms = {v.id: v for v in vars(prims).values() if isinstance(v, Symbol)}
     for pid in PrimIDs:
         effects_by_key[pid] = _prim_table().get(pid, PURE)
-        origins[pid] = "declared"
+        categories[pid] = "declared"
         signatures[pid] = signature_of(prim_syms[pid]) if pid in prim_syms else None
 
     symbols = _ltorch_symbols()
@@ -350,10 +285,10 @@ def _build_tables() -> _Tables:
         derived = _from_schema(sym, torch_fns.get(sid) or ([named] if named is not None else []))
         if sid in explicit:
             effects_by_key[sid] = explicit[sid] if derived is None else explicit[sid] | derived
-            origins[sid] = "declared"
+            categories[sid] = "declared"
         elif derived is not None:
             effects_by_key[sid] = derived
-            origins[sid] = "schema-derived"
+            categories[sid] = "schema-derived"
 
     for implemented, info in torchex.ex.implmap.items():
         impl = info.symbol
@@ -362,21 +297,24 @@ def _build_tables() -> _Tables:
         key = impl_key(impl)
         eff = effects_by_key[implemented]
         effects_by_key[key] = eff if key not in effects_by_key else effects_by_key[key] | eff
-        origins.setdefault(key, origins[implemented])
+        categories.setdefault(key, categories[implemented])
         signatures[key] = signature_of(impl)
-    return _Tables(effects_by_key, origins, signatures)
+    return _Tables(effects_by_key, categories, signatures)
 
 
-_TABLES = _build_tables()
+@lru_cache(maxsize=1)
+def _tables() -> _Tables:
+    """The declaration table, built on first use (:func:`register` at ``import thunder_ext``)."""
+    return _build_tables()
 
 
-def origin_of(key: Hashable) -> Origin | None:
-    """How thunder_ext declared ``key`` (``None``: not declared by thunder_ext)."""
-    return _TABLES.origins.get(key)
+def category_of(key: Hashable) -> Category | None:
+    """How thunder_ext declared ``key``: ``"declared"`` or ``"schema-derived"`` (``None``: not declared by it)."""
+    return _tables().categories.get(key)
 
 
 def _validated(key: Hashable, eff: Effects) -> tuple[Effects, Signature | None]:
-    sig = _TABLES.signatures.get(key)
+    sig = _tables().signatures.get(key)
     if sig is None:
         return eff, None
     try:
@@ -388,7 +326,7 @@ def _validated(key: Hashable, eff: Effects) -> tuple[Effects, Signature | None]:
 def register(registry: effects.Registry) -> tuple[effects.Registration, ...]:
     """Declare every entry of the table in ``registry`` (source ``"thunder_ext"``); returns the handles."""
     handles = []
-    for key, eff in _TABLES.effects.items():
+    for key, eff in _tables().effects.items():
         eff, sig = _validated(key, eff)
         handles.append(registry.declare(key, eff, source=SOURCE, signature=sig, override=True))
     return tuple(handles)
@@ -436,9 +374,9 @@ def coverage(registry: effects.Registry | None = None) -> Coverage:
             continue
         seen.add(key)
         resolution = registry.resolve(key)
-        if resolution.origin == "declared":
-            counts[_TABLES.origins.get(key, "declared")] += 1
-        elif resolution.origin == "derived":
+        if resolution.origin is Origin.DECLARED:
+            counts[category_of(key) or "declared"] += 1
+        elif resolution.origin is Origin.DERIVED:
             counts["schema-derived"] += 1
         elif sym is not None and not sym.is_prim and sym.executor is None:
             counts["subsymbols"] += 1

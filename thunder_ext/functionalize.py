@@ -42,16 +42,14 @@ Arguments that share storage at run time and are written are not handled yet: th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 import effects
-from effects import Const, Effects, FunctionalizationError, Instruction
-from effects.functionalize import Rules, Value, functionalize
-from effects.graph import gc_paused
+from effects import Const, Effects, FunctionalizationError, Instruction, Rules, functionalize, gc_paused, operand_values
 
 import thunder
 from thunder.core import prims
@@ -63,7 +61,9 @@ from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
 
 import thunder.torch as ltorch
 
-from .adapter import AdaptedTrace, adapt_bsyms, bsym_effects
+from ._thunder import SIGINFO
+from .adapter import AdaptedTrace, adapt_bsyms
+from .resolve import bsym_effects
 
 __all__ = ["ThunderRules", "functionalize_for_grad", "Writeback", "NO_GRAD_UPDATE", "WRITEBACK"]
 
@@ -307,7 +307,7 @@ class ThunderRules(Rules):
         self.proxies = proxies
 
     def functional(self, index: int, inst: Instruction, inputs: tuple[Any, ...],
-                   new_values: Mapping[tuple[int, int], Value]) -> Sequence[Instruction] | None:
+                   new_values: Mapping[tuple[int, int], Hashable]) -> Sequence[Instruction] | None:
         bsym = self.adapted.bsyms[index]
         if bsym.sym.id is not PrimIDs.COPY_:
             return None
@@ -315,12 +315,12 @@ class ThunderRules(Rules):
         source = 1 - position  # copy_(copy_from, copy_to): operand 1 is written, operand 0 is its new value
         return [Instruction(SAME, (inputs[source],), (name,))]
 
-    def scatter(self, index: int, inst: Instruction, output: int, base: Value, view: Value,
-                name: Value) -> Sequence[Instruction]:
+    def scatter(self, index: int, inst: Instruction, output: int, base: Hashable, view: Hashable,
+                name: Hashable) -> Sequence[Instruction]:
         if index < 0:  # an argument as a view of its group's synthetic base: put it back at its positions
             return [Instruction(Call(_alias_scatter, "alias_scatter"), (base, inst.inputs[1], view), (name,))]
         bsym = self.adapted.bsyms[index]
-        parent = next(v for op in inst.inputs for v in effects.program.operand_values(op))
+        parent = next(v for op in inst.inputs for v in operand_values(op))
         chain = _view_chain(bsym, str(parent), inst.outputs[output])
         if chain is None:
             raise FunctionalizationError(
@@ -340,11 +340,11 @@ class ThunderRules(Rules):
 
         return [Instruction(Call(scatter_chain, f"scatter<{bsym.sym.name}>"), (base, view), (name,))]
 
-    def clone(self, value: Value, name: Value) -> Instruction:
+    def clone(self, value: Hashable, name: Hashable) -> Instruction:
         return Instruction(Call(ltorch.clone, "clone"), (value,), (name,))
 
-    def commit(self, index: int, inst: Instruction, root: Value, before: Value, after: Value,
-               name: Value) -> Sequence[Instruction] | None:
+    def commit(self, index: int, inst: Instruction, root: Hashable, before: Hashable, after: Hashable,
+               name: Hashable) -> Sequence[Instruction] | None:
         if self.grad_enabled[index]:
             return None
         return [Instruction(Call(NO_GRAD_UPDATE, "no_grad_update"), (before, after), (name,))]
@@ -389,7 +389,7 @@ def _swap_map(old: Iterable[Any], new: Iterable[Any], env: Mapping[str, Any],
               proxies: Mapping[str, Proxy]) -> dict[Any, Proxy]:
     swap = {}
     for a, b in zip(old, new):
-        for x, y in zip(effects.program.operand_values(a), effects.program.operand_values(b)):
+        for x, y in zip(operand_values(a), operand_values(b)):
             if env[y] is not proxies[x]:
                 swap[variableify(proxies[x])] = env[y]
     return swap
@@ -443,7 +443,7 @@ def _grad_modes(adapted: AdaptedTrace, start: bool, side_effects: set[int]) -> l
         if bsym.sym.id == "set_grad_enabled":
             mode = bool(bsym.args[0])
         if bsym.sym.id is PrimIDs.COPY_ and "grad_enabled" in bsym.kwargs:
-            written = set(effects.program.operand_values(inst.inputs[1]))
+            written = set(operand_values(inst.inputs[1]))
             modes.append(bool(bsym.kwargs["grad_enabled"]) and not written & detached and id(bsym) not in side_effects)
         else:
             modes.append(mode)
@@ -452,7 +452,7 @@ def _grad_modes(adapted: AdaptedTrace, start: bool, side_effects: set[int]) -> l
         eff = inst.effects
         if eff is not None and not eff.opaque:
             for alias in eff.aliases:
-                if not alias.of_output and set(effects.program.operand_values(inst.inputs[alias.operand])) & detached:
+                if not alias.of_output and set(operand_values(inst.inputs[alias.operand])) & detached:
                     detached.add(inst.outputs[alias.output])
     return modes
 
@@ -592,19 +592,13 @@ def _requiring_grad(bsyms: Sequence[BoundSymbol], args: Sequence[Any]) -> set[st
 def _written_under_grad(adapted: AdaptedTrace, modes: Sequence[bool]) -> set[str]:
     """Inputs whose storage some instruction writes under grad mode."""
     graph = effects.DependencyGraph.build(adapted.program)
+    storage = graph.storage
     inputs = adapted.program.inputs
     found: set[str] = set()
     for i in range(graph.n):
-        if not modes[i]:
-            continue
-        eff = graph.effects(i)
-        inst = adapted.program.instructions[i]
-        if eff.opaque:
-            classes = {graph.storage.storage(v) for v in inst.input_values()}
-        else:
-            classes = {graph.storage.storage(v) for k in eff.written
-                       for v in effects.program.operand_values(inst.inputs[k])}
-        found.update(v for v in inputs if graph.storage.storage(v) in classes)
+        if modes[i]:
+            written = graph.written_storage(i)
+            found.update(v for v in inputs if written is None or storage.storage(v) in written)
     return found
 
 
@@ -695,7 +689,7 @@ def _dedupe_outputs(results: Any) -> None:
     epilogue.bound_symbols = [b.from_bsym_swap_proxies(swap) for b in epilogue.bound_symbols
                               if not (b.sym.id is PrimIDs.UNPACK_TRIVIAL and b.output.name in dropped)]
     epilogue.args = params[:n_pro] + [params[n_pro + k] for k in kept]
-    epilogue._siginfo.args = [(p.name, None) for p in epilogue.args]
+    SIGINFO.get(epilogue).args = [(p.name, None) for p in epilogue.args]
 
 
 def _thread_writebacks(results: Any, writebacks: Sequence[Writeback]) -> None:
@@ -732,4 +726,4 @@ def _thread_writebacks(results: Any, writebacks: Sequence[Writeback]) -> None:
     same = {variableify(comp_params[position[id(w.final)]]): ep_input for w, ep_input in zip(writebacks, ep_inputs)}
     epilogue.bound_symbols = unpacks + body + writes + [ep_return.from_bsym_swap_proxies(same)]
     epilogue.args = new_args
-    epilogue._siginfo.args = [(p.name, None) for p in new_args]
+    SIGINFO.get(epilogue).args = [(p.name, None) for p in new_args]

@@ -76,11 +76,10 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from effects.graph import DependencyGraph
-from effects.program import operand_values
+from effects import DependencyGraph, operand_values
 
 from .adapter import AdaptedTrace
-from .declarations import python_signature
+from .keys import python_signature
 
 __all__ = [
     "MATMUL_OPS",
@@ -235,7 +234,7 @@ def _stale_buffer_hazard(facts: _ProgramFacts, members: Sequence[int]) -> Hazard
         name = op_name(inst.op)
         operands = list(inst.input_values())
         if _reinplaceable(name) and eff.written:
-            targets = {storage(w) for k in eff.written for w in operand_values(inst.inputs[k])}
+            targets = facts.graph.written_storage(i)
             for v in operands:
                 if storage(v) not in targets and any(x in targets for x, _ in current(storage(v))):
                     return Hazard(position[i], f"{inst} may be computed in place into the buffer its operand {v!r} "

@@ -1,12 +1,13 @@
-"""Entry points: :func:`jit`, :func:`install` / :func:`uninstall` / :func:`enabled`, and trace verification.
+"""Entry points: :func:`jit`, and :func:`install` / :func:`uninstall` / :func:`enabled`.
 
 ``thunder_ext.jit(fn, **kwargs)`` is ``thunder.jit`` with the effect pipeline (:mod:`thunder_ext.pipeline`) turned on
-for that function through a compile option, so other ``thunder.jit`` functions in the process are unaffected. It
-accepts every ``thunder.jit`` keyword. ``skip_inplace_alias_updates`` keeps its meaning — thread Thunder's
-``update_aliases`` or not — but defaults to ``True``: the dependency graph orders in-place ops, no SSA threading is
-needed. Internally Thunder's own option is always left off so that Thunder keeps the run-time aliasing of the
-arguments in its cache key (``f(x, y)`` and ``f(x, x.t())`` compile separately) and hands it to the pipeline,
-which records it as the program's input aliases instead of rewriting aliased arguments as reshapes.
+for that function through a compile option (:data:`thunder_ext.state.OPTION`), so other ``thunder.jit`` functions
+in the process are unaffected. It accepts every ``thunder.jit`` keyword. ``skip_inplace_alias_updates`` keeps its
+meaning — thread Thunder's ``update_aliases`` or not — but defaults to ``True``: the dependency graph orders
+in-place ops, no SSA threading is needed. Internally Thunder's own option is always left off so that Thunder keeps the
+run-time aliasing of the arguments in its cache key (``f(x, y)`` and ``f(x, x.t())`` compile separately) and hands
+it to the pipeline, which records it as the program's input aliases instead of rewriting aliased arguments as
+reshapes.
 
 The Thunder patches (:mod:`thunder_ext._patches`) are held only while a ``thunder_ext.jit`` function compiles
 (Thunder's cache missed; a cache hit runs exactly Thunder's call path plus two counter updates), or between
@@ -17,8 +18,8 @@ left to the torch executor as one in-place kernel where the effect graph shows n
 (fusion executors already do this inside their regions; the transform leaves their regions alone).
 
 ``verify=True`` checks, after each compilation, every computation trace against the dependency graph of the first
-(:func:`verify_jitted`), and adds :class:`EffectVerification` to the transforms, which checks the trace after all
-optimizations (including post-optimization transforms such as CUDA graphs) against the trace Thunder starts from.
+(:func:`thunder_ext.verify.verify_jitted`), and adds :class:`~thunder_ext.verify.EffectVerification` to the
+transforms, which checks the trace after all optimizations against the trace Thunder starts from.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ from typing import Any
 import thunder
 import thunder.extend as extend
 from thunder.core.module import ThunderModule
-from thunder.core.transform_common import Transform
 
-from . import _patches, opaque_torch, pipeline
+from . import _patches, opaque_torch, state
+from ._thunder import FORWARD_FN
 from .reinplace import Reinplace
+from .verify import EffectVerification, verify_jitted
 
-__all__ = ["jit", "install", "uninstall", "enabled", "EffectVerification", "verify_jitted"]
+__all__ = ["jit", "install", "uninstall", "enabled"]
 
 _installed = False
 
@@ -46,7 +48,7 @@ def install() -> None:
     if not _installed:
         _patches.apply()
         extend.add_default_executor(opaque_torch.executor)
-        pipeline.set_global(True)
+        state.set_global(True)
         _installed = True
 
 
@@ -54,7 +56,7 @@ def uninstall() -> None:
     """Undo :func:`install`; every patched Thunder function is restored once no ``thunder_ext.jit`` call runs."""
     global _installed
     if _installed:
-        pipeline.set_global(False)
+        state.set_global(False)
         extend.remove_default_executor(opaque_torch.executor)
         _patches.restore()
         _installed = False
@@ -63,35 +65,6 @@ def uninstall() -> None:
 def enabled() -> bool:
     """Whether :func:`install` is in effect."""
     return _installed
-
-
-class EffectVerification(Transform):
-    """Checks the optimized computation trace against the effect graph of the trace Thunder starts from."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._first: Any = None
-
-    def transform_traces_pre_prologue(self, prologue_trc: Any, computation_trc: Any, epilogue_trc: Any,
-                                      **kwargs: Any) -> tuple[Any, Any, Any]:
-        self._first = computation_trc
-        return prologue_trc, computation_trc, epilogue_trc
-
-    def transform_trace_post_optimization(self, computation_trace: Any, **kwargs: Any) -> Any:
-        if self._first is not None and computation_trace.siginfo().name != "backward_fn":
-            pipeline.verify_traces([self._first, computation_trace], pipeline.current_input_aliases())
-        return computation_trace
-
-
-def verify_jitted(jfn: Callable[..., Any]) -> None:
-    """Check every trace of ``jfn``'s last compilation against the dependency graph of its first trace.
-
-    Raises:
-        effects.OrderViolation: a pass dropped a live effect or broke a dependency edge.
-    """
-    cd = thunder.compile_data(jfn)
-    aliases = getattr(cd, "_thunder_effects_input_aliases", ())
-    pipeline.verify_traces(thunder.last_traces(jfn), aliases)
 
 
 def _held(call: Callable[..., Any], jfn: Any, verify: bool) -> Callable[..., Any]:
@@ -127,11 +100,11 @@ def jit(
     if verify:
         transforms.append(EffectVerification())
     kwargs["executors"] = opaque_torch.executors_with(kwargs.get("executors"))
-    kwargs[pipeline.OPTION] = True
-    kwargs[pipeline.OPTION_ALIAS_UPDATES] = not skip_alias_updates
+    kwargs[state.OPTION] = True
+    kwargs[state.OPTION_ALIAS_UPDATES] = not skip_alias_updates
     _patches.hook_compilations()
     jfn = thunder.jit(fn, transforms=transforms, skip_inplace_alias_updates=False, **kwargs)
     if isinstance(jfn, ThunderModule):
-        jfn._forward_fn = _held(jfn._forward_fn, jfn, verify)
+        FORWARD_FN.set(jfn, _held(FORWARD_FN.get(jfn), jfn, verify))
         return jfn
     return _held(jfn, jfn, verify)

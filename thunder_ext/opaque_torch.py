@@ -39,8 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from effects import InvalidDeclaration
-from effects.schema import derive
+from effects import InvalidDeclaration, derive
 
 import thunder.extend as extend
 import thunder.torch as ltorch
@@ -51,8 +50,8 @@ from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import interpreter_needs_wrap
 from thunder.core.jit_ext import ensure_recursive_proxies
 from thunder.core.symbol import Symbol
-from thunder.torch.langctx import _method_name_to_fn_map
 
+from ._thunder import LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
 from .plugin import OperatorExecutor
 
 __all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "supported", "operator_for", "derived_methods",
@@ -172,7 +171,7 @@ METADATA_METHODS = frozenset({
 
 def _derived(name: str, functional: Callable[..., Any]) -> Callable[..., Any]:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return ltorch._copy_(self, functional(self, *args, **kwargs))
+        return LTORCH_COPY.get()(self, functional(self, *args, **kwargs))
 
     method.__name__ = method.__qualname__ = f"derived_{name}"
     return method
@@ -186,7 +185,7 @@ def _fill(self: Any, value: Any) -> Any:
 
 def _dropout(a: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
     if inplace:
-        return ltorch._copy_(a, ltorch.dropout(a, p, training))
+        return LTORCH_COPY.get()(a, ltorch.dropout(a, p, training))
     return ltorch.dropout(a, p, training)
 
 
@@ -199,12 +198,13 @@ def derived_methods() -> dict[str, Callable[..., Any]]:
     ``copy_(self, X(self, ...))`` — exactly how Thunder defines its own in-place ops (``relu_``, ``add_``), so
     they are differentiable, fusible and their effects are the ``copy_``'s. Metadata mutations are excluded."""
     found = {}
+    methods_known = METHOD_TABLE.get()
     for name in dir(torch.Tensor):
         if not name.endswith("_") or name.endswith("__") or name.startswith("_") or name in METADATA_METHODS:
             continue
-        if name in _method_name_to_fn_map:
+        if name in methods_known:
             continue
-        functional = FUNCTIONAL_TWINS.get(name) or _method_name_to_fn_map.get(name[:-1])
+        functional = FUNCTIONAL_TWINS.get(name) or methods_known.get(name[:-1])
         if functional is not None:
             found[name] = _derived(name, functional)
     return found
@@ -279,7 +279,7 @@ def methods() -> dict[str, Callable[..., Any]]:
 def _unmapped_foreach() -> Iterator[tuple[Callable[..., Any], Any]]:
     for name in sorted(dir(torch)):
         fn = getattr(torch, name)
-        if name.startswith("_foreach_") and fn not in ltorch._torch_to_thunder_function_map:
+        if name.startswith("_foreach_") and fn not in TORCH_FUNCTION_MAP.get():
             packet = getattr(torch.ops.aten, name, None)
             if packet is not None:
                 yield fn, packet
@@ -288,7 +288,7 @@ def _unmapped_foreach() -> Iterator[tuple[Callable[..., Any], Any]]:
 def _register_all() -> tuple[OpaqueTorchOp, ...]:
     ops = [_register(fn, packet) for fn, packet in _unmapped_foreach()]
     for name in _METHODS:
-        if name not in _method_name_to_fn_map and hasattr(torch.ops.aten, name):
+        if name not in METHOD_TABLE.get() and hasattr(torch.ops.aten, name):
             ops.append(_register(getattr(torch.Tensor, name), getattr(torch.ops.aten, name), method=name))
     return tuple(ops)
 

@@ -24,7 +24,7 @@ verification transform see them exactly. They are registered once, at import, fo
 that calls ``torch.<op>`` and has an in-place ``torch.Tensor.<op>_`` method and ``aten`` overload (the same
 argument list, minus ``self``).
 
-Input aliasing comes from :func:`thunder_ext.pipeline.current_input_aliases` when the effect pipeline is active
+Input aliasing comes from :func:`thunder_ext.state.current_input_aliases` when the effect pipeline is active
 (``thunder_ext.jit`` / :func:`thunder_ext.install`); under a plain ``thunder.jit`` every tensor argument is assumed
 to alias every other one (sound, so rewrites whose other operands are arguments are skipped).
 """
@@ -47,9 +47,9 @@ from thunder.executors import torchex
 from thunder.executors.passes import del_last_used
 
 import effects
-from effects.graph import DependencyGraph, EdgeKind
+from effects import STORAGE_HAZARDS, DependencyGraph
 
-from . import pipeline
+from . import state
 from .adapter import adapt
 from .plugin import OperatorExecutor
 
@@ -60,9 +60,6 @@ EXECUTOR = OperatorExecutor("thunder_ext_reinplace")
 
 INPLACE_EFFECTS = effects.make_effects(read_writes=[0], aliases=[(0, 0)], op="<in-place torch method>")
 """``torch.Tensor.<op>_(self, ...)``: reads and writes ``self`` and returns it; other operands are read."""
-
-_CONFLICTS = frozenset({EdgeKind.RAW, EdgeKind.WAR, EdgeKind.WAW})
-
 
 def _inplace_meta(self: TensorProxy, *args: Any, **kwargs: Any) -> TensorProxy:
     return TensorProxy(like=self)
@@ -108,8 +105,8 @@ def _proxy_names(values: Iterable[Any]) -> list[str]:
 
 
 def _argument_alias_groups(trace: TraceCtx) -> tuple[frozenset[str], ...]:
-    if pipeline.active():
-        return pipeline.current_input_aliases()
+    if state.active():
+        return state.current_input_aliases()
     flat, _ = tree_flatten((trace.args, trace.kwargs))
     names = frozenset(p.name for p in flat if isinstance(p, TensorProxy))
     return (names,) if len(names) > 1 else ()
@@ -199,7 +196,7 @@ def _refusal(
     first, last = instruction[id(op)], instruction[id(bsyms[j])]
     src_of, _, kind, _ = graph.edge_lists()
     for e in graph.pred_edge_range(last):
-        if first < src_of[e] < last and kind[e] in _CONFLICTS:
+        if first < src_of[e] < last and kind[e] in STORAGE_HAZARDS:
             return f"{graph.label(src_of[e])} accesses {dst.name} between {op.sym.name} and copy_"
     return ""
 

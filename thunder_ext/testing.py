@@ -19,7 +19,7 @@ import torch
 
 import thunder
 import effects
-from effects.testing import Case, Mismatch, execute, to_python_function
+from effects.testing import Case, Mismatch, execute, functional_reference, to_python_function
 
 from .jit import jit
 
@@ -86,7 +86,7 @@ def _unwritten_bases(case: Case) -> list[int]:
     for i in range(graph.n):
         eff, inst = graph.effects(i), case.program.instructions[i]
         positions = range(len(inst.inputs)) if eff.opaque else eff.written
-        written |= {graph.storage.storage(v) for k in positions for v in effects.program.operand_values(inst.inputs[k])}
+        written |= {graph.storage.storage(v) for k in positions for v in effects.operand_values(inst.inputs[k])}
     bindings = case.inputs.bindings
     return sorted({b.base for b in bindings} - {b.base for b in bindings if graph.storage.storage(b.name) in written})
 
@@ -127,9 +127,6 @@ def check_jit_grad(case: Case, *, executors: Sequence[str] = ("torch",), fusion_
     Raises:
         Mismatch, ThunderUnsupported: as :func:`check_jit`.
     """
-    from effects.aten_rules import ATEN_AUTOGRAD
-    from effects.testing.oracle import fresh_may_views
-
     fn = to_python_function(case)
     grad_bases = _unwritten_bases(case)
     try:
@@ -137,9 +134,7 @@ def check_jit_grad(case: Case, *, executors: Sequence[str] = ("torch",), fusion_
     except RuntimeError as error:
         if "modified by an inplace operation" not in str(error):
             raise
-        functional = effects.functionalize(case.program, ATEN_AUTOGRAD, input_views=case.inputs.input_views(),
-                                           fresh_outputs=fresh_may_views(case))
-        expected = _run_grad(functional.with_epilogue(torch.ops.aten.copy_.default), case, grad_bases)
+        expected = _run_grad(functional_reference(case), case, grad_bases)
     what = f"thunder_ext.jit(executors={list(executors)}, fusion_type={fusion_type!r}) with grads"
     try:
         got = _run_grad(fn, case, grad_bases, jit(fn, executors=list(executors), fusion_type=fusion_type))

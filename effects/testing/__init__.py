@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from .case import Case, InputBinding, InputSpec, Recipe, program_python, to_python_function
 from .oracle import Mismatch, Oracle, Outcome, UnknownOpError, check_pass, execute, fresh_may_views
-from .roundtrip import check_functionalize, check_round_trip, value_metadata
+from .roundtrip import check_functionalize, check_round_trip, functional_reference, value_metadata
 from .strategies import partitions, programs, schedules
 from .vocab import VOCABULARY, OpKind, OpSpec
 
@@ -34,6 +34,6 @@ __all__ = [
     "programs", "schedules", "partitions",
     "Case", "InputSpec", "InputBinding", "Recipe", "program_python", "to_python_function",
     "Oracle", "Outcome", "Mismatch", "UnknownOpError", "execute", "check_pass",
-    "check_functionalize", "check_round_trip", "value_metadata", "fresh_may_views",
+    "check_functionalize", "check_round_trip", "functional_reference", "value_metadata", "fresh_may_views",
     "VOCABULARY", "OpSpec", "OpKind",
 ]

@@ -55,3 +55,23 @@ def test_dce_pass_keeps_order(registry):
     program = Program((I("add", "x", 1, out="t"), I("add_", "t", 1, out="t1"), I("add_", "x", 2, out="x1")),
                       ("x",))
     assert dce(program, registry).instructions == (program.instructions[2],)
+
+
+def test_extra_roots_keep_what_they_depend_on(registry):
+    declare_ops(registry)
+    program = Program((I("add", "x", 1, out="t"), I("add_", "t", 1, out="t1"), I("add", "t", 2, out="u")),
+                      ("x",))
+    graph = DependencyGraph.build(program, registry)
+    assert live_instructions(graph) == frozenset()
+    assert live_instructions(graph, roots=[2]) == {0, 1, 2}  # u reads t after add_ wrote it (RAW)
+
+
+def test_written_storage_names_the_classes_an_instruction_writes(registry):
+    declare_ops(registry)
+    program = Program((I("view", "x", out="v"), I("add_", "v", 1, out="v1"), I("add", "x", "y", out="t"),
+                       I("mystery", "y", out="m")), ("x", "y"))
+    graph = DependencyGraph.build(program, registry)
+    x = graph.storage.storage("x")
+    assert graph.written_storage(1) == {x}  # through the view
+    assert graph.written_storage(2) == frozenset()
+    assert graph.written_storage(3) is None  # opaque: may write anything

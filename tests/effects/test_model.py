@@ -10,6 +10,7 @@ from hypothesis import given
 
 from effects import (
     GLOBAL,
+    InvalidDeclaration,
     IO,
     OPAQUE,
     PURE,
@@ -160,3 +161,44 @@ def test_effects_are_frozen_and_hashable() -> None:
 def test_validate_names_operands_from_the_signature() -> None:
     assert [e.name for e in make_effects(writes=[0], reads=[1]).validate(SIG).operands] == ["self", "src"]
     assert OPAQUE.validate(SIG) is OPAQUE
+
+
+# --- policy queries ----------------------------------------------------------------------------------------------
+def test_side_effects_are_writes_resources_and_the_unknown() -> None:
+    assert make_effects(read_writes=[0]).has_side_effects
+    assert make_effects(resources=[ResourceEffect(IO, ordered=False)]).has_side_effects
+    assert OPAQUE.has_side_effects
+    assert not make_effects(reads=[0], aliases=[(0, 0)]).has_side_effects  # a view is not a side effect
+    assert not PURE.has_side_effects
+
+
+def test_an_implementation_covers_what_it_keeps() -> None:
+    op = make_effects(read_writes=[0], aliases=[(0, 0)], resources=[IO])
+    assert (op | make_effects(writes=[1])).covers(op)  # adding effects is fine
+    assert OPAQUE.covers(op) and PURE.covers(OPAQUE)
+    assert make_effects(writes=[0], aliases=[(0, 0)], resources=[IO]).uncovered(op) == (
+        "read-write(0) (the implementation declares a pure write, which drops the read)",)
+    assert make_effects(read_writes=[0], resources=[IO]).uncovered(op) == ("out0 aliases 0",)
+    assert make_effects(read_writes=[0], aliases=[(0, 0)], resources=[ResourceEffect(IO, ordered=False)]).uncovered(
+        op) == ("io",)
+
+
+def test_make_effects_accepts_every_spelling() -> None:
+    sig = Signature((Param("src"), Param("dst")), num_outputs=1)
+    expected = make_effects(reads=[0], read_writes=[1], aliases=[(0, 1)])
+    assert make_effects("my_copy_(Tensor src, Tensor(a!) dst) -> Tensor(a)", signature=sig) == expected
+    assert make_effects({"reads": ["src"], "read_writes": ["dst"], "aliases": [(0, "dst")]}, signature=sig) == expected
+    assert make_effects(expected, signature=sig) == expected
+    assert make_effects(make_effects(reads=[0]), read_writes=["dst"], aliases=[(0, 1)], signature=sig) == expected
+
+
+def test_make_effects_names_what_is_wrong() -> None:
+    sig = Signature((Param("src"), Param("dst")), num_outputs=1)
+    with pytest.raises(InvalidDeclaration, match=r"unknown effect list\(s\) \['writez'\]"):
+        make_effects({"writez": [0]})
+    with pytest.raises(InvalidDeclaration, match="cannot parse the schema"):
+        make_effects("not a schema")
+    with pytest.raises(InvalidDeclaration, match="do not match the operator's parameters"):
+        make_effects("my_copy_(Tensor dst, Tensor(a!) src) -> Tensor(a)", signature=sig)
+    with pytest.raises(TypeError, match="effects must be Effects, a schema, or a mapping"):
+        make_effects(3.5)

@@ -91,7 +91,7 @@ PLANTED: tuple[PlantedBug, ...] = (
     PlantedBug("unorder resource", "no ORDER chains on ordered resources (RNG generators)",
                _no_edges("_order_edges")),
     PlantedBug("DCE live mutation", "liveness follows DATA edges only (mutations read later are deleted)",
-               lambda: mock.patch.object(dce_mod, "_KEEPS_ALIVE", frozenset({EdgeKind.DATA}))),
+               lambda: mock.patch.object(dce_mod, "KEEPS_ALIVE", frozenset({EdgeKind.DATA}))),
 )
 
 

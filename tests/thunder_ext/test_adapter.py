@@ -10,8 +10,8 @@ import torch  # noqa: E402
 
 import thunder_ext  # noqa: E402
 import thunder  # noqa: E402
-from effects import Access  # noqa: E402
-from thunder_ext import adapter  # noqa: E402
+from effects import Access, DependencyGraph, operand_values, region_effects  # noqa: E402
+from thunder_ext import adapter, binding, resolve  # noqa: E402
 
 
 def first_and_last(fn, *args, **jit_kwargs):
@@ -90,4 +90,41 @@ def test_unknown_symbol_without_subsymbols_is_opaque():
     with tracectx(TraceCtx()):
         x = TensorProxy(shape=(2,), device=thunder.devices.cpu, dtype=thunder.dtypes.float32, requires_grad=False)
         bsym = sym.bind(x, output=x)
-    assert adapter.bsym_effects(bsym).opaque
+    assert resolve.bsym_effects(bsym).opaque
+
+
+def _walk(bsyms):
+    for bsym in bsyms:
+        yield bsym
+        yield from _walk(bsym.subsymbols)
+
+
+def test_a_composite_has_the_effects_its_decomposition_has_as_one_region():
+    """The adapter's composites and the partitioner's regions are one question with one answer
+    (:func:`effects.compose`): the effects of a composite on each of its operands are those the partitioner
+    composes for its subsymbols fused into one region."""
+
+    def f(x, rm, rv, w):
+        y = torch.nn.functional.batch_norm(x, rm, rv, training=True)
+        w.t().add_(1)
+        x.index_copy_(0, torch.tensor([1]), y[:1])
+        return torch.split(y, 2)[0] * w[0]
+
+    first, last = first_and_last(f, torch.randn(4, 3), torch.zeros(3), torch.ones(3), torch.ones(3, 3),
+                                 executors=["torch"])
+    resolver = resolve.resolver_for(None)
+    compared = 0
+    for bsym in _walk([*first.bound_symbols, *last.bound_symbols]):
+        if not bsym.subsymbols:
+            continue
+        operands, _ = binding.operands_of(bsym)
+        composite = resolver.from_subsymbols(bsym, operands)
+        graph = DependencyGraph.build(adapter.adapt_bsyms(bsym.subsymbols).program)
+        region, inputs, _ = region_effects(graph, range(graph.n))
+        assert composite.opaque == region.opaque, bsym
+        for k, value in enumerate(inputs):
+            positions = [p for p, op in enumerate(operands) if value in operand_values(op)]
+            if len(positions) == 1 and operand_values(operands[positions[0]]) == (value,):
+                assert composite.access(positions[0]) == region.access(k), (bsym.sym.name, value)
+                compared += 1
+    assert compared > 20, compared

@@ -14,7 +14,7 @@ import thunder.torch as ltorch  # noqa: E402
 from thunder.core import prims  # noqa: E402
 from thunder.core.prims import PrimIDs  # noqa: E402
 from thunder.executors import torchex  # noqa: E402
-from thunder_ext import declarations  # noqa: E402
+from thunder_ext import declarations, keys  # noqa: E402
 
 
 def lookup(key):
@@ -27,10 +27,12 @@ def test_import_declares_into_default_registry_with_source():
 
 
 def test_keys_follow_the_convention():
-    assert declarations.key_of(ltorch.add_) == "torch.Tensor.add_"
-    assert declarations.key_of(prims.copy_) is PrimIDs.COPY_
-    assert declarations.impl_key(torchex.copy_) == ("copy_", "torch")
-    assert declarations.impl_key(ltorch.add_) is None
+    assert keys.key_of(ltorch.add_) == "torch.Tensor.add_"
+    assert keys.key_of(prims.copy_) is PrimIDs.COPY_
+    assert keys.impl_key(torchex.copy_) == ("copy_", "torch")
+    assert keys.impl_key(ltorch.add_) is None
+    assert keys.impl_key(ltorch.add_, torchex.ex) == ("torch.Tensor.add_", "torch")
+    assert keys.impl_key("copy_", torchex.ex) == ("copy_", "torch")
 
 
 def test_copy_prim_reads_source_and_blindly_writes_destination():
@@ -46,12 +48,12 @@ def test_torch_executor_copy_has_the_prim_effects():
 
 def test_inplace_symbols_write_their_first_argument():
     for sym in (ltorch.add_, ltorch.mul_, ltorch.index_copy_, ltorch.setitem_):
-        assert lookup(declarations.key_of(sym)).effects.access(0) is Access.READ_WRITE, sym.id
+        assert lookup(keys.key_of(sym)).effects.access(0) is Access.READ_WRITE, sym.id
 
 
 def test_batch_norm_declares_running_statistics_written():
     eff = lookup(ltorch.batch_norm.id).effects
-    sig = declarations.signature_of(ltorch.batch_norm)
+    sig = keys.signature_of(ltorch.batch_norm)
     assert eff.written == {sig.position("running_mean"), sig.position("running_var")}
 
 
@@ -68,7 +70,7 @@ def test_views_alias_their_base():
 
 
 def test_schema_derived_pure_op():
-    assert declarations.origin_of(ltorch.mul.id) == "schema-derived"
+    assert declarations.category_of(ltorch.mul.id) == "schema-derived"
     assert lookup(ltorch.mul.id).effects.is_pure
 
 

@@ -18,14 +18,15 @@ import thunder
 from thunder.common import CompileData, CompileStats
 from thunder.common import trace as thunder_trace
 from thunder.core.compile_data import compile_data_and_stats
+from thunder.core import transform_common
 from thunder.core.trace import tracectx
 from thunder.core.transform_common import order_proxies, wrap_return_value_together_with_arguments
-from thunder.executors import torch_compile
+from thunder.executors import passes, torch_compile
 from thunder.executors.passes import _transform_for_operator_executor_execution
 from thunder.executors.torch_compile import torch_compile_ex
 from thunder.executors.torchex import ex as pytorch_ex
 
-from thunder_ext import adapter, pipeline
+from thunder_ext import _thunder, _thunder_fast, binding, pipeline, resolve
 
 EXECUTORS = (torch_compile_ex, thunder.extend.get_executor("torch"), thunder.extend.get_executor("python"))
 
@@ -40,7 +41,8 @@ def chain(a, b):
 
 @pytest.fixture
 def effect_compile():
-    """Inside a compile-data context, with the effect pipeline installed; yields the operator-transformed trace."""
+    """Inside a compile-data context, with the effect pipeline installed (Thunder's ``dce`` and
+    ``_update_fusion_call_ctx`` are the guarded stand-ins); yields the operator-transformed trace."""
     trc = wrap_return_value_together_with_arguments(thunder_trace()(chain, torch.randn(4), torch.randn(4)))
     cd = CompileData(fn=chain, executors_list=EXECUTORS, disable_preprocessing=True,
                      compile_options={"fusion_type": "dataflow"})
@@ -70,27 +72,27 @@ def test_each_region_is_compiled_once(effect_compile, monkeypatch):
 def test_a_changed_fusion_is_recompiled(effect_compile, monkeypatch):
     fused = torch_compile_ex.fusion_pass(effect_compile)
     region = next(b for b in fused.bound_symbols if b.sym.is_fusion)
-    assert pipeline.update_fusion_call_ctx(region) is region
+    assert passes._update_fusion_call_ctx(region) is region
     compiled = []
     original = torch_compile.make_compiled
     monkeypatch.setattr(torch_compile, "make_compiled", lambda *a, **k: compiled.append(a) or original(*a, **k))
     region.subsymbols = list(region.subsymbols)  # what a pass replacing the member list does
-    recompiled = pipeline.update_fusion_call_ctx(region)
+    recompiled = passes._update_fusion_call_ctx(region)
     assert recompiled is not region and len(compiled) == 1
     assert recompiled.sym.name == region.sym.name
 
 
 def test_dce_of_an_unchanged_result_skips_the_analysis(effect_compile, monkeypatch):
-    first = pipeline.dce(effect_compile)
-    second = pipeline.dce(first)  # the first pass may convert subsymbol tuples to lists: not a change
+    first = transform_common.dce(effect_compile)
+    second = transform_common.dce(first)  # the first pass may convert subsymbol tuples to lists: not a change
     adapted = []
     original = pipeline._adapt
     monkeypatch.setattr(pipeline, "_adapt", lambda t: adapted.append(t) or original(t))
-    third = pipeline.dce(second)
+    third = transform_common.dce(second)
     assert adapted == []
     assert [id(b) for b in third.bound_symbols] == [id(b) for b in second.bound_symbols]
     second.bound_symbols[2].subsymbols = list(second.bound_symbols[2].subsymbols)  # state changed: analyse again
-    pipeline.dce(second)
+    transform_common.dce(second)
     assert len(adapted) == 1
 
 
@@ -100,33 +102,33 @@ def test_dce_with_dead_code_is_not_a_fixpoint(effect_compile):
     with tracectx(trace):
         dead = product.from_bsym(output=product.output.replace(name="unused_product"))  # nothing reads it
     trace.bound_symbols.insert(trace.bound_symbols.index(product) + 1, dead)
-    result = pipeline.dce(trace)
+    result = transform_common.dce(trace)
     assert dead not in result.bound_symbols
-    assert not hasattr(result, pipeline._FIXPOINT_ATTR)
+    assert _thunder.DCE_FIXPOINT.get(result) is None
 
 
 def test_structural_memo_matches_the_walk(effect_compile):
     trace = effect_compile
-    adapter.adapt(trace)  # fills the memo
+    pipeline.adapt(trace)  # fills the memo
     fresh = _transform_for_operator_executor_execution(trace, (pytorch_ex,))  # new copies, same structures
-    resolver = adapter._resolver(None)
+    resolver = resolve.resolver_for(None)
     composites = [b for b in fresh.bound_symbols if b.subsymbols]
     assert composites
     for bsym in composites:
         _, memoized = resolver.resolve(bsym)
-        operands, _ = adapter.operands_of(bsym)
+        operands, _ = binding.operands_of(bsym)
         walked = resolver.from_subsymbols(bsym, operands)
         declared = resolver.declared(bsym)
-        expected = adapter._widen_aliases(walked if declared is None else declared | walked,
-                                          len(adapter._output_names(bsym)))
+        expected = resolve._widen_aliases(walked if declared is None else declared | walked,
+                                          len(_thunder_fast.proxy_out_names(bsym)))
         assert memoized == expected, bsym
 
 
 def test_flat_outputs_and_argument_names_match_thunder(effect_compile):
     fresh = _transform_for_operator_executor_execution(effect_compile, (pytorch_ex,))
     for bsym in _walk(fresh.bound_symbols):
-        names = adapter.proxy_arg_names(bsym)
-        outs = list(adapter.flat_outs(bsym))
+        names = _thunder_fast.proxy_arg_names(bsym)
+        outs = list(_thunder_fast.flat_outs(bsym))
         assert outs == list(bsym.flat_outs)
         assert names == {p.name for p in bsym.flat_proxy_args}
 
@@ -138,5 +140,5 @@ def test_region_order_matches_order_proxies(effect_compile):
     names = list(full)
     for _ in range(100):
         wanted = set(rng.sample(names, rng.randint(1, 6)))
-        got = pipeline._first_appearance(bsyms, wanted)
+        got = _thunder_fast.first_appearance(bsyms, wanted)
         assert sorted(got, key=got.__getitem__) == sorted(wanted, key=full.__getitem__)

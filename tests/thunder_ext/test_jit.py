@@ -207,7 +207,7 @@ def test_install_makes_plain_thunder_jit_effect_aware():
 
 
 def test_verification_catches_a_reordered_write():
-    from thunder_ext import pipeline
+    from thunder_ext import verify
 
     def f(a):
         b = a * 2
@@ -217,13 +217,13 @@ def test_verification_catches_a_reordered_write():
     jfn = thunder_ext.jit(f, executors=["torch"])
     jfn(torch.ones(3))
     traces = thunder.last_traces(jfn)
-    pipeline.verify_traces(traces)  # the real pipeline is fine
+    verify.verify_traces(traces)  # the real pipeline is fine
     last = traces[1]  # same proxy names as the first trace (return wrapped together with the arguments)
     body = last.bound_symbols[1:-1]
     broken = thunder.core.trace.from_trace(last)
     broken.bound_symbols = [last.bound_symbols[0], *reversed(body), last.bound_symbols[-1]]  # write before read
     with pytest.raises(effects.OrderViolation, match="edge violated"):
-        pipeline.verify_traces([traces[0], broken])
+        verify.verify_traces([traces[0], broken])
 
 
 def teardown_module():

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("thunder")
 
 import thunder_ext  # noqa: E402,F401
-from thunder_ext import _patches, pipeline  # noqa: E402
+from thunder_ext import _patches, state  # noqa: E402
 
 
 @pytest.mark.parametrize("patch", _patches.PATCHES, ids=lambda p: p.where)
@@ -27,6 +27,34 @@ def test_signature_is_pinned(patch):
     assert params == _patches.EXPECTED_PARAMETERS[patch.name], f"{patch.where} changed its parameters"
     replacement = tuple(inspect.signature(patch.replacement).parameters)
     assert replacement == params, f"replacement of {patch.where} must take the same parameters"
+
+
+@pytest.mark.parametrize("name", sorted(_patches.STAND_INS))
+def test_every_stand_in_takes_the_original_then_its_parameters(name):
+    original, stand_in = _patches.STAND_INS[name]
+    assert tuple(inspect.signature(stand_in).parameters) == ("original", *_patches.EXPECTED_PARAMETERS[name])
+    assert all(p.original is original for p in _patches.PATCHES if p.name == name)
+
+
+def test_the_guard_calls_the_original_unless_the_pipeline_is_active():
+    calls = []
+
+    def original(x):
+        calls.append(("original", x))
+        return x
+
+    def stand_in(orig, x):
+        calls.append(("stand-in", x))
+        return orig(x) + 1
+
+    replacement = _patches.guarded(original, stand_in)
+    assert not state.active() and replacement(1) == 1
+    state.set_global(True)
+    try:
+        assert replacement(2) == 3
+    finally:
+        state.set_global(False)
+    assert calls == [("original", 1), ("stand-in", 2), ("original", 2)]
 
 
 def test_apply_and_restore_are_reference_counted():

@@ -37,16 +37,15 @@ from effects import (  # noqa: E402
 )
 from effects.testing import VOCABULARY, Oracle, programs, schedules  # noqa: E402
 from thunder_ext import declarations  # noqa: E402
-from thunder_ext.adapter import bsym_effects  # noqa: E402
+from thunder_ext.honesty import CheckEffects, check_executor  # noqa: E402
 from thunder_ext.plugin import (  # noqa: E402
-    CheckEffects,
     DroppedEffectError,
     OperatorExecutor,
-    check_executor,
     declare_effects,
     register_implementation,
     register_operator,
 )
+from thunder_ext.resolve import bsym_effects  # noqa: E402
 
 _names = (f"plugin_test_{i}" for i in itertools.count())
 

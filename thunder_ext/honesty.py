@@ -1,0 +1,169 @@
+"""Keeping executors honest: run their operators and compare what they do with what they declared.
+
+Declarations (:mod:`thunder_ext.plugin`) are promises; the graph trusts them. This module checks them at test
+time, through :func:`effects.check_op` / :func:`effects.checked_call` (storages snapshotted around each call:
+an undeclared write, alias or RNG use, or a declared write that never happens, is a contradiction):
+
+* :func:`check_executor` runs every operator of an executor on given samples and reports per operator
+  (:class:`ExecutorReport`), listing declared operators nobody gave samples for and undeclared (opaque) ones;
+* :class:`CheckEffects` is a debug transform that checks every call of every declared executor op of a jitted
+  function on its real arguments (slow: each call is snapshotted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from effects import (
+    OPAQUE,
+    CheckReport,
+    EffectCheckError,
+    Effects,
+    Origin,
+    Registry,
+    Sample,
+    Signature,
+    check_op,
+    checked_call,
+    default_registry,
+)
+
+import thunder.extend as extend
+from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
+from thunder.core.transform_common import Transform
+
+from ._thunder import CALL_CTX
+from .keys import impl_key, label_of, signature_of
+from .plugin import operator_of, runtime_fn
+
+__all__ = ["ExecutorReport", "check_executor", "CheckEffects"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorReport:
+    """:func:`check_executor`'s result: one report per op run, and the ops no sample exercised."""
+
+    executor: str
+    reports: tuple[CheckReport, ...]
+    unchecked: tuple[str, ...]
+    """Declared ops no sample was given for."""
+    undeclared: tuple[str, ...]
+    """Ops with no declaration (opaque); their reports show what they were observed to do."""
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.reports)
+
+    def raise_if_failed(self) -> ExecutorReport:
+        """Return self, or raise :class:`~effects.EffectCheckError` with every failing op's report."""
+        if not self.ok:
+            raise EffectCheckError(str(self))
+        return self
+
+    def __str__(self) -> str:
+        failing = [r for r in self.reports if not r.ok]
+        lines = [f"executor {self.executor!r}: {len(self.reports)} op(s) checked, {len(failing)} with contradictions"]
+        lines += [str(r) for r in failing]
+        if self.unchecked:
+            lines.append(f"no samples for: {', '.join(self.unchecked)}")
+        if self.undeclared:
+            lines.append(f"undeclared (opaque): {', '.join(self.undeclared)}")
+        return "\n".join(lines)
+
+
+def _operator_for(executor: extend.Executor, key: Symbol | Hashable) -> Symbol:
+    """The executor's operator a samples key names: the operator (or its name), or a symbol it claims."""
+    target = operator_of(executor, key)
+    if isinstance(target, Symbol) and target.executor == executor:
+        return target
+    impl = executor.implmap.get(target.id if isinstance(target, Symbol) else target)
+    if impl is not None and impl.symbol is not None:
+        return impl.symbol
+    raise LookupError(
+        f"samples for {label_of(key)}: executor {executor.name!r} has no operator for it (an implementation "
+        "given as an execution_transform cannot be run on its own: give samples for the operators it emits)."
+    )
+
+
+def check_executor(
+    executor: extend.Executor,
+    samples: Mapping[Symbol | Hashable, Iterable[Sample | tuple[Any, ...]]],
+    *,
+    registry: Registry | None = None,
+) -> ExecutorReport:
+    """Run each of ``executor``'s operators on its samples and compare with its declared effects.
+
+    ``samples`` maps an operator (symbol or name) or a symbol the executor claims to the samples to run (argument
+    tuples or :class:`effects.Sample`). Undeclared operators are checked as opaque, which reports what they do.
+    """
+    registry = registry if registry is not None else default_registry()
+    by_operator: dict[Symbol, list[Sample | tuple[Any, ...]]] = {}
+    for key, given in samples.items():
+        by_operator.setdefault(_operator_for(executor, key), []).extend(given)
+    reports, unchecked, undeclared = [], [], []
+    for sym in executor.opmap.values():
+        resolution = registry.resolve(impl_key(sym, executor))
+        declared = resolution.origin is Origin.DECLARED
+        if not declared:
+            undeclared.append(sym.name)
+        fn = runtime_fn(sym)
+        if sym not in by_operator or fn is None:
+            if declared:
+                unchecked.append(sym.name)
+            continue
+        signature = resolution.signature or signature_of(sym)
+        effects = resolution.effects if declared else OPAQUE
+        reports.append(check_op(fn, effects, by_operator[sym], op=sym.name, signature=signature))
+    return ExecutorReport(str(executor.name), tuple(reports), tuple(unchecked), tuple(undeclared))
+
+
+@dataclass(frozen=True, slots=True)
+class _CheckedCall:
+    fn: Callable[..., Any]
+    effects: Effects
+    op: str
+    signature: Signature | None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        result, report = checked_call(self.fn, self.effects, args, kwargs, op=self.op, signature=self.signature)
+        report.raise_if_failed()
+        return result
+
+
+class CheckEffects(Transform):
+    """Debug mode: check every call of every declared executor op in the jitted function against its effects.
+
+    ``thunder_ext.jit(fn, transforms=[CheckEffects()])``. Each call of an operator with a declaration is run
+    through :func:`effects.checked_call` on the real arguments (storages are snapshotted around the call, so it
+    is slow) and raises :class:`~effects.EffectCheckError` on an undeclared write, alias or RNG use.
+    """
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        self.registry = registry
+
+    def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs: Any) -> TraceCtx:
+        bsyms = [self._checked(bsym) for bsym in computation_trace.bound_symbols]
+        if all(new is old for new, old in zip(bsyms, computation_trace.bound_symbols, strict=True)):
+            return computation_trace
+        trace = from_trace(computation_trace)
+        trace.bound_symbols = bsyms
+        trace.set_provenance(TraceProvenance("Effect checks on every call of declared executor ops (CheckEffects)"))
+        return trace
+
+    def _checked(self, bsym: BoundSymbol) -> BoundSymbol:
+        sym = bsym.sym
+        ctx = CALL_CTX.get(bsym)
+        if sym.executor is None or not ctx or sym.name not in ctx:
+            return bsym
+        registry = self.registry if self.registry is not None else default_registry()
+        resolution = registry.resolve(impl_key(sym))
+        if resolution.origin is not Origin.DECLARED:
+            return bsym
+        label = f"{sym.name} (executor {sym.executor.name!r})"
+        checked = _CheckedCall(ctx[sym.name], resolution.effects, label, resolution.signature or signature_of(sym))
+        checked_bsym = bsym.from_bsym()
+        CALL_CTX.set(checked_bsym, {**ctx, sym.name: checked})  # after from_bsym: its bind postprocess resets it
+        return checked_bsym

@@ -1,0 +1,86 @@
+"""Whether the effect pipeline applies to the compilation in progress, and what it recorded about its arguments.
+
+The pipeline is **active** when :func:`thunder_ext.install` turned it on for every ``thunder.jit``
+(:func:`set_global`) or when the compilation carries the compile option :data:`OPTION` (``thunder_ext.jit`` sets
+it). Every stand-in installed by :mod:`thunder_ext._patches` runs only while :func:`active` holds; otherwise the
+wrapper calls Thunder's original — the one place that check is made.
+
+**Input aliasing.** Thunder keeps which arguments share storage at run time in its cache key and hands it to
+``insert_alias_updates``. :func:`record_input_aliases` stands in for that pass: it records the groups on the
+compile data (:data:`thunder_ext._thunder.INPUT_ALIASES`), where every later pass reads them
+(:func:`current_input_aliases`) as the neutral program's ``input_aliases``, and threads no ``update_aliases``
+unless :data:`OPTION_ALIAS_UPDATES` asks for it (aliased arguments are then still never rewritten as reshapes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from thunder.core.compile_data import get_compile_data, get_compile_option
+from thunder.core.proxies import Proxy
+from thunder.core.pytree import tree_flatten
+from thunder.core.trace import TraceCtx
+
+from ._thunder import INPUT_ALIASES
+
+__all__ = ["OPTION", "OPTION_ALIAS_UPDATES", "set_global", "global_enabled", "active", "input_aliases_of",
+           "current_input_aliases", "record_input_aliases"]
+
+OPTION = "thunder_effects"
+"""Compile option (bool) that turns the effect pipeline on for one ``thunder.jit``."""
+OPTION_ALIAS_UPDATES = "thunder_effects_alias_updates"
+"""Compile option (bool): also thread Thunder's ``update_aliases`` (off by default; the effect graph orders)."""
+
+_global = False
+
+
+def set_global(enabled: bool) -> None:
+    """Turn the pipeline on (or off) for every compilation (:func:`thunder_ext.install`)."""
+    global _global
+    _global = bool(enabled)
+
+
+def global_enabled() -> bool:
+    return _global
+
+
+def active() -> bool:
+    """Whether the pipeline applies to the compilation in progress."""
+    if _global:
+        return True
+    if get_compile_data() is None:
+        return False
+    return bool(get_compile_option(OPTION, "Use the thunder-effects pipeline (partition, DCE, remat)."))
+
+
+def input_aliases_of(cd: Any) -> tuple[frozenset[str], ...]:
+    """The argument alias groups recorded on compile data ``cd`` (none for ``None`` or nothing recorded)."""
+    return INPUT_ALIASES.get(cd, ()) if cd is not None else ()
+
+
+def current_input_aliases() -> tuple[frozenset[str], ...]:
+    """The argument alias groups recorded for the compilation in progress (none outside a compilation)."""
+    return input_aliases_of(get_compile_data())
+
+
+def _alias_groups(trace: TraceCtx, alias_tensor_indices: Sequence[Sequence[int]]) -> tuple[frozenset[str], ...]:
+    flat, _ = tree_flatten((trace.args, trace.kwargs))
+    groups = []
+    for indices in alias_tensor_indices:
+        if any(i >= len(flat) or not isinstance(flat[i], Proxy) for i in indices):
+            # cannot place the group on the trace's arguments: every tensor argument may alias (sound)
+            return (frozenset(p.name for p in flat if isinstance(p, Proxy)),)
+        groups.append(frozenset(flat[i].name for i in indices))
+    return tuple(groups)
+
+
+def record_input_aliases(original: Callable[..., Any], computation_trace: TraceCtx,
+                         alias_tensor_indices: list[list[int]]) -> TraceCtx:
+    """Stand-in for ``thunder.core.update_aliases.insert_alias_updates`` (``original``)."""
+    cd = get_compile_data()
+    if cd is not None:
+        INPUT_ALIASES.put(cd, _alias_groups(computation_trace, alias_tensor_indices))
+    if get_compile_option(OPTION_ALIAS_UPDATES, "Also thread update_aliases (thunder-effects)."):
+        return original(computation_trace, [])
+    return computation_trace
