@@ -305,6 +305,7 @@ class ThunderRules(Rules):
         self.adapted = adapted
         self.grad_enabled = grad_enabled
         self.proxies = proxies
+        self.arguments = frozenset(adapted.program.inputs)
 
     def functional(self, index: int, inst: Instruction, inputs: tuple[Any, ...],
                    new_values: Mapping[tuple[int, int], Hashable]) -> Sequence[Instruction] | None:
@@ -345,8 +346,8 @@ class ThunderRules(Rules):
 
     def commit(self, index: int, inst: Instruction, root: Hashable, before: Hashable, after: Hashable,
                name: Hashable) -> Sequence[Instruction] | None:
-        if self.grad_enabled[index]:
-            return None
+        if self.grad_enabled[index] or (root in self.arguments and not self.proxies[str(root)].requires_grad):
+            return None  # autograd records it, or the argument has no autograd identity to keep
         return [Instruction(Call(NO_GRAD_UPDATE, "no_grad_update"), (before, after), (name,))]
 
 

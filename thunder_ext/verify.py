@@ -2,8 +2,10 @@
 first one.
 
 * :func:`verify_traces` checks a list of traces against the effect graph of the first (the check itself);
-* :func:`verify_jitted` runs it over every trace of a jitted function's last compilation (``thunder_ext.jit(...,
-  verify=True)`` calls it after each compilation);
+* :func:`verify_jitted` runs it over every trace of a jitted function's last compilation — the computation traces
+  and, for a differentiated compilation, the backward traces — and checks that the trace the autograd split starts
+  from is functional (:func:`check_functional`); ``thunder_ext.jit(..., verify=True)`` calls it after each
+  compilation;
 * :class:`EffectVerification` is a Thunder transform that checks the trace after all optimizations — including
   post-optimization transforms such as CUDA graphs — against the trace Thunder starts from.
 
@@ -27,7 +29,7 @@ from thunder.core.transform_common import Transform
 from .adapter import AdaptedTrace, adapt
 from .state import current_input_aliases, input_aliases_of
 
-__all__ = ["verify_traces", "verify_jitted", "EffectVerification"]
+__all__ = ["verify_traces", "verify_jitted", "check_functional", "EffectVerification"]
 
 
 def _positions(trace: TraceCtx) -> dict[str, list[tuple[int, ...]]]:
@@ -109,13 +111,53 @@ def verify_traces(traces: Sequence[TraceCtx], input_aliases: Iterable[Iterable[s
                 )
 
 
-def verify_jitted(jfn: Callable[..., Any]) -> None:
-    """Check every trace of ``jfn``'s last compilation against the dependency graph of its first trace.
+def check_functional(trace: TraceCtx, input_aliases: Iterable[Iterable[str]] = ()) -> None:
+    """A trace that value transforms (autograd's split, VJPs, remat of saved tensors) read must not write anything
+    they would miss: its only live writes are write-backs of arguments that nothing reads afterwards (the epilogue of
+    functionalization).
 
     Raises:
-        effects.OrderViolation: a pass dropped a live effect or broke a dependency edge.
+        OrderViolation: naming the write and what is wrong with it.
     """
-    verify_traces(thunder.last_traces(jfn), input_aliases_of(thunder.compile_data(jfn)))
+    adapted = adapt(trace, input_aliases=tuple(input_aliases))
+    graph = DependencyGraph.build(adapted.program)
+    src, _, kind, _ = graph.edge_lists()
+    arguments = {graph.storage.storage(v) for v in adapted.program.inputs}
+    for i in sorted(live_instructions(graph)):
+        written = graph.written_storage(i)
+        if written is not None and not written:
+            continue
+        if written is None or not written <= arguments:
+            why = "writes an intermediate (or, opaque, anything)"
+        else:
+            reader = next((w for w in range(i + 1, graph.n) for e in graph.pred_edge_range(w)
+                           if src[e] == i and kind[e] is EdgeKind.RAW), None)
+            if reader is None:
+                continue  # a write-back of an argument at the end
+            why = f"writes an argument that {graph.label(reader)} reads afterwards"
+        raise OrderViolation(
+            f"{str(trace.get_provenance() or 'trace').strip()}: {graph.label(i)} {why}, in the trace the autograd "
+            "split reads: the gradient would not see the write. Functionalization should have replaced it by a "
+            "value (thunder_ext.functionalize)."
+        )
+
+
+def verify_jitted(jfn: Callable[..., Any]) -> None:
+    """Check every trace of ``jfn``'s last compilation against the dependency graph of its first trace, the
+    backward traces of a differentiated compilation against theirs, and that the first computation trace of a
+    differentiated compilation is functional (:func:`check_functional`).
+
+    Raises:
+        effects.OrderViolation: a pass dropped a live effect or broke a dependency edge, or autograd would not
+            see a write.
+    """
+    aliases = input_aliases_of(thunder.compile_data(jfn))
+    traces = thunder.last_traces(jfn)
+    verify_traces(traces, aliases)
+    backward = thunder.last_backward_traces(jfn)
+    if backward:
+        check_functional(traces[0], aliases)
+        verify_traces(backward)
 
 
 class EffectVerification(Transform):

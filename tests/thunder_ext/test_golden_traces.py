@@ -168,3 +168,85 @@ def test_reinplace_keeps_a_pair_whose_operand_may_alias_the_target():
           return (t10,)
     """)
     assert reinplace.reports[-1].kept == (("copy_(t11, a)", "add also reads b, which may alias a"),)
+
+
+# --- functionalization (before the autograd split) ----------------------------------------------------------------
+def relu_after_matmul(a, w):
+    h = a @ w
+    h.relu_()
+    return h.sum()
+
+
+def write_through_slice_then_read_view(x, w):
+    y = x * w
+    v = y[0]
+    y[1:].mul_(2)
+    return (y * v).sum()
+
+
+def no_grad_update(w, x, buf):
+    with torch.no_grad():
+        w.mul_(0.5)
+        buf.add_(1)
+    return (w * x).sum()
+
+
+def first_trace(fn, *args):
+    jfn = thunder_ext.jit(fn, executors=["torch"])
+    jfn(*args)
+    return printed(thunder.last_traces(jfn)[0])
+
+
+def test_functionalization_replaces_an_inplace_activation_by_its_value():
+    expect(first_trace(relu_after_matmul, torch.randn(2, 3, requires_grad=True), torch.randn(3, 2, requires_grad=True)),
+           """
+        def computation(a, w):
+          # a: "cpu f32[2, 3]"
+          # w: "cpu f32[3, 2]"
+          h = ltorch.matmul(a, w)  # h: "cpu f32[2, 2]"
+          t2 = ltorch.relu(h, False)  # t2: "cpu f32[2, 2]"
+          t6 = ltorch.sum(t2, None, False, dtype=None)  # t6: "cpu f32[]"
+          return (t6,)
+    """)
+
+
+def test_functionalization_scatters_a_slice_write_and_replays_a_stale_view():
+    expect(first_trace(write_through_slice_then_read_view, torch.randn(3, 2), torch.randn(3, 2, requires_grad=True)),
+           """
+        def computation(x, w):
+          # x: "cpu f32[3, 2]"
+          # w: "cpu f32[3, 2]"
+          y = ltorch.mul(x, w)  # y: "cpu f32[3, 2]"
+          v = ltorch.getitem(y, 0)  # v: "cpu f32[2]"
+          t3 = ltorch.getitem(y, slice(1,None,None))  # t3: "cpu f32[2, 2]"
+          t4 = ltorch.mul(t3, 2)  # t4: "cpu f32[2, 2]"
+          t11 = prims.pad(t4, 0.0, [(1, 0, 0), (0, 0, 0)])  # t11: "cpu f32[3, 2]"
+          t12 = ltorch.full_like(t4, True, device=None, dtype=dtypes.bool8)  # t12: "cpu b8[2, 2]"
+          t13 = prims.pad(t12, False, [(1, 0, 0), (0, 0, 0)])  # t13: "cpu b8[3, 2]"
+          t14 = ltorch.where(t13, t11, y)  # t14: "cpu f32[3, 2]"
+          t16 = ltorch.getitem(t14, 0)  # t16: "cpu f32[2]"
+          t7 = ltorch.mul(t14, t16)  # t7: "cpu f32[3, 2]"
+          t10 = ltorch.sum(t7, None, False, dtype=None)  # t10: "cpu f32[]"
+          return (t10,)
+    """)
+
+
+def test_functionalization_keeps_no_grad_writes_out_of_autograd_and_writes_arguments_back():
+    """``w`` (requires grad) keeps its autograd identity through the no-grad write; ``buf`` needs none; both are
+    written back at the end (data write-backs: no autograd history moves)."""
+    expect(first_trace(no_grad_update, torch.randn(2, requires_grad=True), torch.randn(2), torch.zeros(2)), """
+        def computation(w, x, buf):
+          # w: "cpu f32[2]"
+          # x: "cpu f32[2]"
+          # buf: "cpu f32[2]"
+          ltorch._set_grad_enabled_with_warning(False)
+          t0 = ltorch.mul(w, 0.5)  # t0: "cpu f32[2]"
+          t8 = thunder_ext.functionalize.thunder_effects_no_grad_update(w, t0)  # t8: "cpu f32[2]"
+          t2 = ltorch.add(buf, 1, alpha=1)  # t2: "cpu f32[2]"
+          ltorch._set_grad_enabled_with_warning(True)
+          t4 = ltorch.mul(t8, x)  # t4: "cpu f32[2]"
+          t7 = ltorch.sum(t4, None, False, dtype=None)  # t7: "cpu f32[]"
+          t9 = prims.copy_(t8, w, grad_enabled=False)  # t9: "cpu f32[2]"
+          t10 = prims.copy_(t2, buf, grad_enabled=False)  # t10: "cpu f32[2]"
+          return (t7,)
+    """)

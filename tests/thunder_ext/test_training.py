@@ -201,3 +201,24 @@ def test_write_through_an_expanded_view_raises_like_eager():
         f(x, w)
     with pytest.raises((RuntimeError, FunctionalizationError)):
         thunder_ext.jit(f, executors=["torch"])(x, w)
+
+
+@pytest.mark.parametrize("name", ["relu_on_matmul", "slice_write", "no_grad_param_update", "aliased_transpose",
+                                  "conv_batchnorm_train", "buffer_gets_grad"])
+def test_verify_checks_forward_backward_and_functional_traces(name: str):
+    assert mismatches(BY_NAME[name], _jit(executors=["torch"], verify=True)) == []
+
+
+def test_check_functional_rejects_a_write_autograd_would_miss():
+    from thunder_ext.verify import check_functional
+    from effects import OrderViolation
+
+    def step(x, w):
+        h = x * w
+        h.relu_()
+        return h.sum()
+
+    raw = thunder.jit(step, skip_inplace_alias_updates=True, executors=["torch"])
+    raw(torch.randn(3), torch.randn(3))
+    with pytest.raises(OrderViolation, match="writes an intermediate.*gradient would not see the write"):
+        check_functional(thunder.last_traces(raw)[0])
