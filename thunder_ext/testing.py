@@ -103,16 +103,24 @@ def _loss(values: Sequence[Any]) -> Any:
 
 
 def _run_grad(fn: Any, case: Case, grad_bases: Sequence[int], jitted: Any = None) -> tuple[Any, Any, Any]:
-    """Returned values, inputs after the call and base gradients of ``jitted`` (or ``fn``; or, given a
-    :class:`~effects.Program`, of that program interpreted with ATen: :func:`effects.testing.execute`)."""
+    """Returned values, inputs after the call and base gradients of ``jitted`` (or ``fn``; or, given an
+    :class:`effects.Functionalized`, of its program interpreted with ATen by :func:`effects.testing.execute`,
+    differentiated, then its epilogue applied)."""
     run = case.inputs.materialize(requires_grad=grad_bases)
-    if isinstance(fn, effects.Program):
-        out = execute(fn, case, inputs=run).returns
+    if isinstance(fn, effects.Functionalized):
+        finals = tuple(final for _, final in fn.epilogue)
+        program = effects.Program(fn.program.instructions, fn.program.inputs, fn.program.returns + finals)
+        values = execute(program, case, inputs=run).returns
+        out, finals = values[:len(fn.program.returns)], values[len(fn.program.returns):]
     else:
-        out = (jitted or fn)(*(run.tensors[n] for n in case.program.inputs))
+        out, finals = (jitted or fn)(*(run.tensors[n] for n in case.program.inputs)), ()
     loss = _loss(out)
     if loss is not None:
         loss.backward()
+    if finals:
+        with torch.no_grad():
+            for (name, _), final in zip(fn.epilogue, finals):
+                run.tensors[name].copy_(final)
     detached = [o.detach() if isinstance(o, torch.Tensor) else o for o in out]
     return detached, {n: t.detach() for n, t in run.tensors.items()}, [b.grad for b in run.bases]
 

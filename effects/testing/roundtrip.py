@@ -8,10 +8,9 @@ exactly as ``p`` does in eager PyTorch.
   described by :meth:`~effects.testing.InputSpec.input_views`, may-views that copy by
   :func:`~effects.testing.fresh_may_views`) and returns what reinplacing did.
 * :func:`check_functionalize` is the Hypothesis property over :func:`~effects.testing.programs`.
-* :func:`functional_reference` is a case's program functionalized with :data:`effects.aten_rules.ATEN_AUTOGRAD`,
-  epilogue included: what eager computes, as a program autograd can differentiate even where eager's backward
-  refuses (a value saved for backward was modified in place) — the gradient reference for compilers that
-  functionalize.
+* :func:`functional_reference` is a case's program functionalized with :data:`effects.aten_rules.ATEN_AUTOGRAD`:
+  what eager computes, as a program autograd can differentiate even where eager's backward refuses (a value saved
+  for backward was modified in place) — the gradient reference for compilers that functionalize.
 
 Values compare within :data:`RTOL`/:data:`ATOL` by default, not bitwise: functionalization changes layouts, and
 layouts change rounding. Generator states compare exactly.
@@ -27,7 +26,7 @@ from hypothesis import given
 from hypothesis import settings as Settings
 
 from ..aten_rules import ATEN, ATEN_AUTOGRAD, AtenRules
-from ..functionalize import functionalize
+from ..functionalize import Functionalized, functionalize
 from ..program import Program
 from ..reinplace import ReinplaceReport, ValueMeta, reinplace
 from .case import Case
@@ -94,10 +93,9 @@ def check_functionalize(rules: AtenRules = ATEN, *, cases: Any = None, settings:
     (settings(test) if settings is not None else test)()
 
 
-def functional_reference(case: Case) -> Program:
+def functional_reference(case: Case) -> Functionalized:
     """``case.program`` functionalized with :data:`~effects.aten_rules.ATEN_AUTOGRAD` (aliased inputs by
-    :meth:`~effects.testing.InputSpec.input_views`, may-views that copy by :func:`fresh_may_views`), followed by
-    its epilogue: run it with :func:`~effects.testing.execute` on inputs that require grad."""
-    functional = functionalize(case.program, ATEN_AUTOGRAD, input_views=case.inputs.input_views(),
-                               fresh_outputs=fresh_may_views(case))
-    return functional.with_epilogue(aten.copy_.default)
+    :meth:`~effects.testing.InputSpec.input_views`, may-views that copy by :func:`fresh_may_views`): run its program
+    with :func:`~effects.testing.execute` on inputs that require grad, differentiate, then apply its epilogue."""
+    return functionalize(case.program, ATEN_AUTOGRAD, input_views=case.inputs.input_views(),
+                         fresh_outputs=fresh_may_views(case))
