@@ -463,10 +463,10 @@ def functionalize_for_grad(trace: TraceCtx, *, grad_enabled: bool,
     """The computation ``trace`` without writes (see the module docstring) and the write-backs of its inputs.
 
     Data write-backs are already in the returned trace (``prims.copy_`` before the return); autograd write-backs
-    are listed for the caller, whose epilogue must perform them (:func:`after_acquire` threads them). An argument
-    with an autograd write-back is read through a clone: the backward may save what the program read, and the
-    write-back changes the argument in place. The trace is returned unchanged (and no write-backs) when it writes
-    nothing.
+    are listed for the caller, whose epilogue must perform them (:func:`after_acquire` threads them). A written-back
+    argument the backward may save is read through a clone (:func:`_read_through_clones`): the write-back changes
+    the argument in place before the backward runs. The trace is returned unchanged (and no write-backs) when it
+    writes nothing.
 
     Raises:
         FunctionalizationError: a write with no value semantics (see :func:`effects.functionalize`).
@@ -489,10 +489,27 @@ def _functionalize_for_grad(trace: TraceCtx, grad_enabled: bool,
     result = functionalize(adapted.program, ThunderRules(adapted, modes, proxies), input_views=views)
     build = _Build(trace, adapted, result, proxies, bases, _written_under_grad(adapted, modes), flat_args)
     new, writebacks = build(frozenset())
-    rebased = frozenset(w.input.name for w in writebacks if w.autograd)
-    if rebased:
-        new, writebacks = build(rebased)
+    cloned = _read_through_clones(new, writebacks, flat_args)
+    if cloned:
+        new, writebacks = build(cloned)
     return new, writebacks
+
+
+def _read_through_clones(trace: TraceCtx, writebacks: Sequence[Writeback], args: Sequence[Any]) -> frozenset[str]:
+    """Written-back arguments the backward may save before the write-back changes them in place: every argument
+    with an autograd write-back, and every argument with a data write-back whose value as passed is read by an
+    instruction whose result requires grad (``y = x * w`` saves ``x`` for ``w``'s gradient, and the write-back
+    would then change it before the backward runs)."""
+    grad = _requiring_grad(trace.bound_symbols, args)
+    written = {w.input.name for w in writebacks}
+    risky = {w.input.name for w in writebacks if w.autograd}
+    for bsym in trace.bound_symbols:
+        if bsym.sym.id is PrimIDs.COPY_:
+            continue
+        reads = {p.name for p in bsym.flat_proxy_args} & written
+        if reads and any(o.name in grad for o in bsym.flat_proxy_outs):
+            risky |= reads
+    return frozenset(risky)
 
 
 @dataclass(frozen=True, slots=True)
@@ -653,8 +670,8 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
 
     cd = get_compile_data()
     computation = results.computation_trace
-    if cd is None or cd.disable_torch_autograd_support:
-        return results
+    if cd is None or cd.disable_torch_autograd_support or not cd.is_grad_enabled:
+        return results  # no backward will be built (inference under torch.no_grad(), or autograd disabled)
     if not any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args):
         return results
     input_aliases = argument_alias_groups(results.prologue_trace, computation, args, kwargs)

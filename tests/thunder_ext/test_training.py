@@ -222,3 +222,32 @@ def test_check_functional_rejects_a_write_autograd_would_miss():
     raw(torch.randn(3), torch.randn(3))
     with pytest.raises(OrderViolation, match="writes an intermediate.*gradient would not see the write"):
         check_functional(thunder.last_traces(raw)[0])
+
+
+def test_an_argument_saved_for_backward_and_then_written_keeps_its_saved_value():
+    """``t = a @ b`` saves ``b`` for ``a``'s gradient; ``b.zero_()`` writes it back afterwards (eager raises at
+    backward; the functional program reads ``b`` through a clone, so the gradient is the one of the values used)."""
+
+    def f(a, b):
+        t = a @ b
+        b.zero_()
+        return t
+
+    a, b = torch.randn(4, 3, requires_grad=True), torch.randn(3, 3)
+    b0 = b.clone()
+    thunder_ext.jit(f, executors=["torch"])(a, b).sum().backward()
+    torch.testing.assert_close(a.grad, torch.ones(4, 3) @ b0.t())
+    torch.testing.assert_close(b, torch.zeros(3, 3))
+
+
+def test_inference_under_no_grad_is_not_functionalized():
+    def f(x, w, cache):
+        cache[0] = x
+        return (cache * w).sum()
+
+    jfn = thunder_ext.jit(f, executors=["torch"])
+    cache = torch.zeros(2, 3)
+    with torch.no_grad():
+        jfn(torch.ones(3), torch.randn(3, requires_grad=True), cache)
+    assert "functionalization" not in str(thunder.last_traces(jfn)[0].get_provenance())
+    torch.testing.assert_close(cache[0], torch.ones(3))
