@@ -589,11 +589,17 @@ class _Build:
 
 def _requiring_grad(bsyms: Sequence[BoundSymbol], args: Sequence[Any]) -> set[str]:
     """Names of the values that require grad: floating results of anything reading one, from the arguments that
-    require grad on — except what autograd does not record (outputs traced under ``no_grad``, ``detach``) and
+    require grad on — except what autograd does not record (anything inside a ``set_grad_enabled(False)`` block,
+    ``detach``) and
     :data:`NO_GRAD_UPDATE`, which requires grad exactly when the value it updates does. (Thunder's proxies do not
     carry this for intermediates.)"""
     grad = {a.name for a in args if isinstance(a, TensorProxy) and a.requires_grad}
+    recording = True  # functionalization runs only where a backward is built
     for bsym in bsyms:
+        if bsym.sym.id == "set_grad_enabled":
+            recording = bool(bsym.args[0])
+        if not recording:
+            continue
         if bsym.sym is NO_GRAD_UPDATE:
             reads = {bsym.args[0].name} if isinstance(bsym.args[0], Proxy) else set()
         elif bsym.sym.id == DETACH:
