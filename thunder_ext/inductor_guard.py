@@ -77,7 +77,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from effects.graph import DependencyGraph
-from effects.program import operand_values
 
 from .adapter import AdaptedTrace
 from .declarations import python_signature
@@ -173,7 +172,7 @@ class _ProgramFacts:
                 # a full value: fresh storage, or what an in-place op hands back for the full value it wrote
                 self.full[out] = not aliases or bool(definite) and all(
                     not a.of_output and a.operand in eff.written
-                    and all(self.full.get(v, False) for v in operand_values(inst.inputs[a.operand]))
+                    and all(self.full.get(v, False) for v in inst.values_at(a.operand))
                     for a in definite
                 )
 
@@ -235,7 +234,7 @@ def _stale_buffer_hazard(facts: _ProgramFacts, members: Sequence[int]) -> Hazard
         name = op_name(inst.op)
         operands = list(inst.input_values())
         if _reinplaceable(name) and eff.written:
-            targets = {storage(w) for k in eff.written for w in operand_values(inst.inputs[k])}
+            targets = {storage(w) for k in eff.written for w in inst.values_at(k)}
             for v in operands:
                 if storage(v) not in targets and any(x in targets for x, _ in current(storage(v))):
                     return Hazard(position[i], f"{inst} may be computed in place into the buffer its operand {v!r} "
@@ -243,7 +242,7 @@ def _stale_buffer_hazard(facts: _ProgramFacts, members: Sequence[int]) -> Hazard
         updates: dict[int, frozenset[Capture]] = {}
         written: set[int] = set()
         for k in sorted(eff.written) if not eff.opaque else range(len(inst.inputs)):
-            for w in operand_values(inst.inputs[k]):
+            for w in inst.values_at(k):
                 c = storage(w)
                 written.add(c)
                 if eff.opaque:
@@ -303,7 +302,7 @@ def _returned_operand(facts: _ProgramFacts, value: Value) -> Value | None:
     j = inst.outputs.index(value)
     for a in eff.aliases:
         if a.output == j and not a.may and not a.of_output and a.operand in eff.written:
-            operands = operand_values(inst.inputs[a.operand])
+            operands = inst.values_at(a.operand)
             if len(operands) == 1:
                 return operands[0]
     return None
@@ -322,7 +321,7 @@ def _aliased_input_view_hazard(facts: _ProgramFacts, members: Sequence[int]) -> 
             if facts.definer.get(v) not in member_set:
                 inputs_of.setdefault(storage(v), set()).add(v)
         for k in range(len(inst.inputs)) if eff.opaque else eff.written:
-            written.update(storage(w) for w in operand_values(inst.inputs[k]))
+            written.update(storage(w) for w in inst.values_at(k))
     hazardous = {c for c, values in inputs_of.items() if len(values) > 1 and c in written}
     if not hazardous:
         return None

@@ -483,9 +483,7 @@ def _written_classes(graph: DependencyGraph, i: int) -> set[int] | None:
     if eff.opaque:
         return None
     inst = graph.program.instructions[i]
-    from effects.program import operand_values
-
-    return {graph.storage.storage(v) for k in eff.written for v in operand_values(inst.inputs[k])}
+    return {graph.storage.storage(v) for k in eff.written for v in inst.values_at(k)}
 
 
 def unsafe_remat_pairs(trace: TraceCtx) -> frozenset[tuple[str, str]]:

@@ -19,6 +19,7 @@ import thunder
 import torch
 
 import thunder_ext
+from effects import Const
 from effects.testing.vocab import opaque_axpy_
 from thunder_ext import inductor_guard
 
@@ -249,3 +250,37 @@ def test_guard_applies_to_torch_compile_executors_only():
 ])
 def test_op_name(op, name):
     assert inductor_guard.op_name(op) == name
+
+
+def test_effects_on_an_operand_the_call_leaves_out():
+    """Issue 16 (litgpt training crashed in the guard): effects name signature positions, and a call may leave an
+    optional one out (the torch executor's ``erf(a)`` carries ``erf.out``'s write to ``out``). The guard reads such
+    positions as binding nothing, like the dependency graph."""
+    from effects import PURE, Instruction, Program, make_effects
+    from effects.graph import DependencyGraph
+    from thunder_ext.adapter import AdaptedTrace
+
+    out_write = make_effects(writes=[1], aliases=[(0, 1)])
+    program = Program((
+        Instruction("erf", ("x",), ("e",), effects=out_write),
+        Instruction("index_copy_", ("e", Const(0), "i", "x"), ("e1",), effects=out_write),
+        Instruction("mul", ("e1", "x"), ("m",), effects=PURE),
+    ), inputs=("x", "i"), returns=("m",))
+    adapted = AdaptedTrace(program, (), (), None)
+    assert inductor_guard.split_regions(adapted, DependencyGraph.build(program), [(0, 1, 2)]) == [(0, 1, 2)]
+
+
+def gelu_loss(x, w):
+    return torch.nn.functional.gelu(x @ w).sum()
+
+
+def test_training_step_with_default_executors():
+    """The reduced litgpt pattern end to end: GELU (an ``erf`` in forward and backward) under the default
+    executors, whose ``torchcompile_*`` fusion passes run the guard."""
+    x, w = _inputs([(2, 3), (3, 4)])
+    w.requires_grad_(True)
+    expected = gelu_loss(x, w)
+    (expected_grad,) = torch.autograd.grad(expected, w)
+    got = thunder_ext.jit(gelu_loss)(x, w)
+    (got_grad,) = torch.autograd.grad(got, w)
+    torch.testing.assert_close((got, got_grad), (expected, expected_grad))
