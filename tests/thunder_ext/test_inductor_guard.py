@@ -1,10 +1,10 @@
 """thunder_ext.inductor_guard: thunder_ext.jit with the torch.compile executor matches eager on programs Inductor
 miscompiles when they form one region (benchmarks/inductor_bug_repro.py), and splits only those regions.
 
-The ``fuzz_*`` programs are the fuzzer's mismatches (benchmarks/fuzz_thunder.py; ``fuzz_zero_add_index_copy`` from
-issue 13); stock ``thunder.jit`` gets them wrong with ``executors=["torchcompile"]``. The reduced programs are the
-plain-torch cases of benchmarks/inductor_bug_repro.py; the narrow ones are near misses torch.compile gets right. Every check compares returned values and every argument after the
-call with eager on identical fresh inputs.
+The ``fuzz_*`` programs are the fuzzer's mismatches (benchmarks/fuzz_thunder.py; ``fuzz_zero_add_index_copy`` from issue
+13); stock ``thunder.jit`` gets them wrong with ``executors=["torchcompile"]``. The reduced programs are the plain-torch
+cases of benchmarks/inductor_bug_repro.py; the narrow ones are near misses torch.compile gets right. Every check
+compares returned values and every argument after the call with eager on identical fresh inputs.
 """
 
 from __future__ import annotations
@@ -143,6 +143,11 @@ def index_copy_from_own_clone_of_fresh(b):
     return t
 
 
+def index_copy_of_folded_self(b):
+    t = b + 1
+    return torch.index_copy(t, 0, torch.tensor([1, 0]), t + torch.zeros_like(t))
+
+
 def index_put_folded_returned(x, v):
     x.index_put_((torch.tensor([0, 1]),), v, accumulate=True)
     y = x + torch.zeros_like(x)
@@ -183,6 +188,7 @@ REDUCED = [
     (zeroed_input_added, [(2, 3), (2, 3)]),
     (ones_multiplied, [(2, 3)]),
     (index_copy_from_own_clone_of_fresh, [(2, 3)]),
+    (index_copy_of_folded_self, [(2, 3)]),
     (index_put_folded_returned, [(2, 3), (2, 3)]),
     (index_put_folded_written_back, [(2, 3), (2, 3), (2, 3)]),
     (folded_input_returned, [(2, 3)]),
