@@ -113,6 +113,8 @@ from .adapter import AdaptedTrace, adapt_bsyms, proxy_outs
 from .declarations import python_signature
 
 __all__ = [
+    "CONSTANT_OPS",
+    "IDENTITY_OPS",
     "MATMUL_OPS",
     "REINPLACEABLE_OPS",
     "SNAPSHOT_OPS",
