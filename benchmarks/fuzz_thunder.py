@@ -89,6 +89,9 @@ def main() -> int:
           f"(`python benchmarks/fuzz_thunder.py --examples {args.examples} --fusion-type {args.fusion_type} "
           f"--seed {args.seed} --executor {args.executor}`), wall time {elapsed:.0f} s.\n\n"
           + markdown_table(["fusion type", "programs", *OUTCOMES, "seconds"], rows))
+    if len(fusion_types) > 1:
+        md += ("\n\nEach program runs under the fusion types in this order; a region identical to one compiled just "
+               "before hits torch.compile's caches, so later fusion types take less time.")
     if unsupported:
         md += "\n\nUnsupported by stock Thunder (same error from stock `thunder.jit`):\n\n" + "\n".join(
             f"- x{count}: `{message}`" for message, count in unsupported.most_common())
