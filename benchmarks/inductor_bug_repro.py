@@ -35,13 +35,14 @@ whether the result shares the argument's storage). No Thunder involved.
 5. **An index write reads its own destination** (joint-graph ``constant_fold_uniform_value`` + ``remove_no_ops``, then
    ``reinplace_inplaceable_ops``): ``t = b + 1; return torch.index_copy(t, 0, [1, 0], t + torch.zeros_like(t))`` — no
    mutation in the program — returns row 0 in both rows. The constant folder proves ``zeros_like(t)`` (also ``zero_()``,
-   ``fill_``, ``x * 0``, pointwise ops of such) uniform, ``remove_no_ops`` folds ``t + zeros`` (``- zeros``, ``* ones``,
-   ``/ ones``) to ``t``, and ``index_put(t, [idx], t)`` is then reinplaced: ``can_inplace`` only looks at uses of ``t``
-   *after* the node, not at the node's own ``values`` operand, so the scatter reads rows it already wrote (eager
-   ``index_put_`` refuses such overlap: "some elements of the input tensor and the written-to tensor refer to a single
-   memory location"). Found by the fuzzer as ``b.add_(2 * b); t = (4 * b).zero_(); b.index_copy_(0, [1, 0], t + b)``;
-   ``index_add_`` and ``index_put`` behave the same; ``zeros - t``, ``t * 2``, a fold of an argument the graph writes
-   back (``remove_no_ops`` refuses mutated replacements) are fine.
+   ``fill_``, ``x * 0``, pointwise ops of such, a whole-range ``x[0:2] = 0`` on two rows) uniform, ``remove_no_ops``
+   folds ``t + zeros`` (``- zeros``, ``* ones``, ``/ ones``) to ``t``, and ``index_put(t, [idx], t)`` is then
+   reinplaced: ``can_inplace`` only looks at uses of ``t`` *after* the node, not at the node's own ``values`` operand,
+   so the scatter reads rows it already wrote (eager ``index_put_`` refuses such overlap: "some elements of the input
+   tensor and the written-to tensor refer to a single memory location"). Found by the fuzzer as
+   ``b.add_(2 * b); t = (4 * b).zero_(); b.index_copy_(0, [1, 0], t + b)``; ``index_add_`` and ``index_put`` behave the
+   same; ``zeros - t``, ``t * 2``, a fold of an argument the graph writes back (``remove_no_ops`` refuses mutated
+   replacements) are fine.
 6. **Identity arithmetic returns the argument itself** (``remove_no_ops``): ``return b + torch.zeros_like(b)``
    returns a tensor sharing storage with ``b`` (``remove_noop_ops`` refuses to alias an output with an input,
    ``remove_no_ops`` does not), and after a reinplaced ``index_put_`` (case 2), ``y = x + torch.zeros_like(x);

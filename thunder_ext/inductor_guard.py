@@ -40,7 +40,9 @@ may be (:class:`_Contents`):
   (``-1``: an input's entry value);
 * *folded*: the member whose identity fold may make it the entry buffer of an input the region never writes;
 * *uniform*: whether the constant folder may prove it uniform (any constructor or fill of :data:`CONSTANT_OPS`,
-  ``x * 0``, or an op reading only uniform values — reductions and matmuls too, an over-approximation).
+  ``x * 0``, or an op reading only uniform values — reductions and matmuls too, an over-approximation). A write
+  through a view keeps it only when the view may cover the whole class (the folder sees through a no-op scatter,
+  ``x[0:2] = 0`` on two rows, not through ``x[0] = 0``); element counts come from Thunder's proxies.
 
 An input class starts as its own entry buffer and node. A fresh output is a new node and no buffer, except the output
 of a *snapshot* op (:data:`SNAPSHOT_OPS`: the ``clone``-like ops ``remove_noop_ops`` may drop), which holds its
@@ -98,6 +100,7 @@ partitioning: edges into the suffix come from the prefix or from regions already
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -106,7 +109,7 @@ from effects import Access, Const, Effects, Instruction
 from effects.graph import DependencyGraph
 from effects.program import operand_values
 
-from thunder.core.proxies import Proxy
+from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol
 
 from .adapter import AdaptedTrace, adapt_bsyms, proxy_outs
@@ -203,6 +206,7 @@ class _ProgramFacts:
         self.definer: dict[Value, int] = {}
         self.users: dict[Value, set[int]] = {}
         self.returned = frozenset(program.returns)
+        self._numel: dict[Value, int | None] = {}
         aliased_inputs = {v for group in program.input_aliases for v in group}
         self.full: dict[Value, bool] = {v: v not in aliased_inputs for v in program.inputs}
         for i, inst in enumerate(program.instructions):
@@ -222,6 +226,20 @@ class _ProgramFacts:
 
     def storage(self, value: Value) -> int:
         return self.graph.storage.storage(value)
+
+    def numel(self, value: Value) -> int | None:
+        """How many elements ``value`` has, from its Thunder proxy (``None``: unknown). Looked up on demand."""
+        if value not in self._numel:
+            self._numel[value] = None
+            for i in (self.definer.get(value), *sorted(self.users.get(value, ()))):
+                bsym = self.adapted.bsyms[i] if i is not None and i < len(self.adapted.bsyms) else None
+                proxies = () if bsym is None else (*proxy_outs(bsym), *bsym.flat_args)
+                proxy = next((p for p in proxies if isinstance(p, TensorProxy) and p.name == value), None)
+                if proxy is not None:
+                    shape = tuple(proxy.shape)
+                    self._numel[value] = math.prod(shape) if all(type(d) is int for d in shape) else None
+                    break
+        return self._numel[value]
 
 
 def _written_classes(facts: _ProgramFacts, i: int) -> set[int]:
@@ -327,6 +345,17 @@ def _stale_buffer_hazard(facts: _ProgramFacts, members: Sequence[int]) -> Hazard
     writes: dict[int, list[int]] = {}
     may_view_snapshot: dict[Value, frozenset[Capture]] = {}
     written_inputs = {c for i in members for c in _written_classes(facts, i) if c in input_classes}
+    values_of: dict[int, set[Value]] = {}
+    for i in members:
+        for v in (*insts[i].input_values(), *insts[i].outputs):
+            values_of.setdefault(storage(v), set()).add(v)
+
+    def covers(view: Value) -> bool:
+        """Whether a write through ``view`` may cover its whole class in the region: the constant folder sees
+        through a scatter only when it is a no-op (``x[0:2] = 0`` on two rows), never through a partial one."""
+        extents = [facts.numel(v) for v in values_of[storage(view)]]
+        n = facts.numel(view)
+        return n is None or None in extents or n >= max(extents)  # type: ignore[type-var]
 
     def current(c: int) -> _Contents:
         found = contents.get(c)
@@ -371,7 +400,8 @@ def _stale_buffer_hazard(facts: _ProgramFacts, members: Sequence[int]) -> Hazard
                     sources = _Contents.union(current(storage(v)) for v in operands if v != w)
                     updates[c] = _Contents(sources.buffers, sources.nodes | {(c, i)}, sources.folded, constant)
                 elif name == "copy" or _reinplaceable(name) or not facts.full.get(w, False):
-                    updates[c] = _Contents(_retime(here.buffers, c, i), frozenset({(c, i)}), None, constant)
+                    uniform_now = constant and (facts.full.get(w, False) or covers(w))
+                    updates[c] = _Contents(_retime(here.buffers, c, i), frozenset({(c, i)}), None, uniform_now)
                 elif name in SNAPSHOT_OPS:  # pow_(1), floor_() of integers: may stay the same buffer
                     updates[c] = _Contents(here.buffers, here.nodes | {(c, i)}, here.folded, constant)
                 elif folds:

@@ -165,6 +165,12 @@ def folded_input_returned(b):
     return b + torch.zeros_like(b)
 
 
+def whole_slice_zeroed_added(b, c):
+    b[0:2].zero_()  # covers b: a no-op scatter, so b is uniform
+    c.add_(1)
+    c.index_copy_(0, torch.tensor([1, 0]), c + b)
+
+
 def addmm_alpha(x, a, b):
     return torch.add(x, a @ b, alpha=0.5)
 
@@ -192,6 +198,7 @@ REDUCED = [
     (index_put_folded_returned, [(2, 3), (2, 3)]),
     (index_put_folded_written_back, [(2, 3), (2, 3), (2, 3)]),
     (folded_input_returned, [(2, 3)]),
+    (whole_slice_zeroed_added, [(2, 3), (2, 3)]),
     (addmm_alpha, [(2, 3), (2, 3), (3, 3)]),
 ]
 
@@ -316,6 +323,20 @@ def clone_then_write_then_index_copy(a):
     a.index_copy_(0, torch.tensor([1, 0]), t)
 
 
+def row_zeroed_added(b, c):
+    b[0:1].zero_()  # b is not uniform: Inductor does not fold a partial scatter
+    c.add_(1)
+    c.index_copy_(0, torch.tensor([1, 0]), c + b)
+
+
+def row_zeroed_base_multiplied(b):
+    t0 = b[-1].zero_()
+    t1 = torch.mul(b, t0)
+    t2 = torch.add(t1, t1)
+    t2.index_put_((torch.tensor([2, 1, 2]),), t1, accumulate=True)
+    return t2
+
+
 def fresh_clone_then_write_then_index_copy(b):
     t = b * 2
     u = t.clone()
@@ -338,6 +359,8 @@ NARROW = [
     (folded_written_input_returned, [(2, 3)]),
     (clone_then_write_then_index_copy, [(2, 3)]),
     (fresh_clone_then_write_then_index_copy, [(2, 3)]),
+    (row_zeroed_added, [(2, 3), (2, 3)]),
+    (row_zeroed_base_multiplied, [(3, 3)]),
 ]
 
 
