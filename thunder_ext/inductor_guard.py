@@ -324,13 +324,12 @@ def _fold_candidates(facts: _ProgramFacts, i: int, name: str, uniform: Callable[
     for ``+``/``-`` and ``u == 1`` for ``*``/``/``; any uniform counts here)."""
     commutative = IDENTITY_OPS.get(name)
     inst = facts.adapted.program.instructions[i]
-    if commutative is None:
-        return []
     pair = inst.values_at(0), inst.values_at(1)
-    if any(len(p) != 1 for p in pair) or name in ("add", "sub") and _alpha(facts.adapted, i) not in (None, 1):
-        return []  # tensor-scalar forms are never folded, nor an alpha
+    if commutative is None or any(len(p) != 1 for p in pair):
+        return []  # tensor-scalar forms are never folded
     (a,), (b,) = pair
-    return [x for x, other in ((a, b), (b, a))[:2 if commutative else 1] if uniform(other)]
+    found = [x for x, other in ((a, b), (b, a))[:2 if commutative else 1] if uniform(other)]
+    return [] if found and name in ("add", "sub") and _alpha(facts.adapted, i) not in (None, 1) else found
 
 
 def _stale_buffer_hazard(facts: _ProgramFacts, members: Sequence[int]) -> Hazard | None:
