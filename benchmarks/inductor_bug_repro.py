@@ -1,9 +1,10 @@
-"""Standalone reproducers of four ``torch.compile`` bugs (plain PyTorch, CPU; found with torch 2.13).
+"""Standalone reproducers of six ``torch.compile`` bugs (plain PyTorch, CPU; found with torch 2.13).
 
     python benchmarks/inductor_bug_repro.py
 
 Each case runs a function eagerly and under ``torch.compile(fullgraph=True)`` on identical fresh inputs and prints
-the arguments after the call and the returned values of both, with ``OK``/``WRONG``. No Thunder involved.
+the arguments after the call and the returned values of both, with ``OK``/``WRONG`` (storage-sharing cases print
+whether the result shares the argument's storage). No Thunder involved.
 
 1. **Write-back reads an input already overwritten** (``remove_noop_ops``). After functionalization the graph
    ends with one ``copy_`` per mutated input, ordered by placeholder (first use). The post-grad pass
@@ -20,7 +21,8 @@ the arguments after the call and the returned values of both, with ``OK``/``WRON
    without the ``add_`` it returns a tensor sharing storage with the argument ``x``. The pass ignores uses "after
    the ``copy_`` epilogue", but graph outputs and other inputs' write-backs read the reinplaced value exactly there.
    ``index_copy_`` and ``x[0] = v[0]`` (a view scatter) behave the same. With the clone as the *source*
-   (``t = a.clone(); a.index_copy_(0, [1, 0], t)``) the reinplaced ``index_put_`` reads rows it already overwrote.
+   (``t = a.clone(); a.index_copy_(0, [1, 0], t)``, also for a destination made in the graph: ``t = b * 2;
+   t.index_copy_(0, [1, 0], t.clone())``) the reinplaced ``index_put_`` reads rows it already overwrote.
 3. **``add(x, mm(a, b), alpha=k)`` becomes ``addmm(x, a, b)``**: the post-grad ``addmm`` pattern matches
    ``aten.add.Tensor`` without looking at ``alpha`` and drops it (also for ``F.linear`` and a same-shape view of
    the ``mm``; ``sub`` and batched ``matmul`` are fine).
@@ -30,8 +32,23 @@ the arguments after the call and the returned values of both, with ``OK``/``WRON
    replayed on the base); writing through ``b`` instead, or returning ``b[0]``, fails the same way, and
    ``b.view(b.shape)``/``b.reshape(6)`` fail or return a wrong view. Fine: no write, ``b`` itself returned,
    out-of-place results, a view of ``a`` returned, the same tensor passed twice, two views without their base.
+5. **An index write reads its own destination** (joint-graph ``constant_fold_uniform_value`` + ``remove_no_ops``, then
+   ``reinplace_inplaceable_ops``): ``t = b + 1; return torch.index_copy(t, 0, [1, 0], t + torch.zeros_like(t))`` — no
+   mutation in the program — returns row 0 in both rows. The constant folder proves ``zeros_like(t)`` (also ``zero_()``,
+   ``fill_``, ``x * 0``, pointwise ops of such, a whole-range ``x[0:2] = 0`` on two rows) uniform, ``remove_no_ops``
+   folds ``t + zeros`` (``- zeros``, ``* ones``, ``/ ones``) to ``t``, and ``index_put(t, [idx], t)`` is then
+   reinplaced: ``can_inplace`` only looks at uses of ``t`` *after* the node, not at the node's own ``values`` operand,
+   so the scatter reads rows it already wrote (eager ``index_put_`` refuses such overlap: "some elements of the input
+   tensor and the written-to tensor refer to a single memory location"). Found by the fuzzer as
+   ``b.add_(2 * b); t = (4 * b).zero_(); b.index_copy_(0, [1, 0], t + b)``; ``index_add_`` and ``index_put`` behave the
+   same; ``zeros - t``, ``t * 2``, a fold of an argument the graph writes back (``remove_no_ops`` refuses mutated
+   replacements) are fine.
+6. **Identity arithmetic returns the argument itself** (``remove_no_ops``): ``return b + torch.zeros_like(b)``
+   returns a tensor sharing storage with ``b`` (``remove_noop_ops`` refuses to alias an output with an input,
+   ``remove_no_ops`` does not), and after a reinplaced ``index_put_`` (case 2), ``y = x + torch.zeros_like(x);
+   x.add_(1); return y`` returns ``x + 1``.
 
-``thunder_ext`` works around all four for Thunder's torch.compile executors (:mod:`thunder_ext.inductor_guard`).
+``thunder_ext`` works around all six for Thunder's torch.compile executors (:mod:`thunder_ext.inductor_guard`).
 """
 
 from __future__ import annotations
@@ -91,6 +108,54 @@ def reinplaced_reads_own_snapshot(a: torch.Tensor) -> None:
     a.index_copy_(0, torch.tensor([1, 0]), t)  # swap rows of a
 
 
+def reinplaced_reads_own_snapshot_of_intermediate(b: torch.Tensor) -> torch.Tensor:
+    t = b * 2
+    t.index_copy_(0, torch.tensor([1, 0]), t.clone())  # swap rows of t
+    return t
+
+
+def folded_index_copy_reads_itself(b: torch.Tensor) -> torch.Tensor:
+    t = b + 1
+    return torch.index_copy(t, 0, torch.tensor([1, 0]), t + torch.zeros_like(t))  # t with its rows swapped
+
+
+def folded_fuzz_program(a: torch.Tensor, b: torch.Tensor) -> None:
+    t0 = torch.add(b, b)
+    t1 = b.add_(t0, alpha=1.0)
+    t2 = torch.add(t1, t1)
+    t3 = torch.add(t2, t2)
+    t4 = t3.zero_()
+    t5 = torch.add(t4, t1)  # == t1
+    t1.index_copy_(0, torch.tensor([1, 0]), t5)  # swap rows of b
+
+
+def folded_zeroed_argument(b: torch.Tensor, c: torch.Tensor) -> None:
+    c.zero_()
+    b.add_(1)
+    b.index_copy_(0, torch.tensor([1, 0]), b + c)
+
+
+def folded_ones(b: torch.Tensor) -> None:
+    b.add_(1)
+    b.index_copy_(0, torch.tensor([1, 0]), b * torch.ones_like(b))
+
+
+def folded_index_add(b: torch.Tensor) -> None:
+    b.add_(1)
+    b.index_add_(0, torch.tensor([1, 0]), b + torch.zeros_like(b))
+
+
+def folded_input_returned(b: torch.Tensor) -> torch.Tensor:
+    return b + torch.zeros_like(b)  # must not share storage with b
+
+
+def folded_reinplaced_returned(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    x.index_put_((IDX,), v, accumulate=True)
+    y = x + torch.zeros_like(x)  # a snapshot
+    x.add_(1)
+    return y
+
+
 def addmm_alpha(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.add(x, a @ b, alpha=0.5)
 
@@ -113,8 +178,21 @@ CASES: tuple[tuple[str, Callable[..., object], Sequence[tuple[int, ...]]], ...] 
     ("2 x.index_put_; y = x.clone(); x.add_(1)", reinplaced_clone_returned, [(2, 3), (2, 3)]),
     ("2 x.index_put_; c.copy_(x); x.add_(1)", reinplaced_copy_written_back, [(2, 3), (2, 3), (2, 3)]),
     ("2 t = a.clone(); a.index_copy_(0, [1, 0], t)", reinplaced_reads_own_snapshot, [(2, 3)]),
+    ("2 t = b * 2; t.index_copy_(0, [1, 0], t.clone())", reinplaced_reads_own_snapshot_of_intermediate, [(2, 3)]),
     ("3 torch.add(x, a @ b, alpha=0.5)", addmm_alpha, [(2, 3), (2, 3), (3, 3)]),
+    ("5 t = b + 1; torch.index_copy(t, 0, [1, 0], t + zeros_like(t))", folded_index_copy_reads_itself, [(2, 3)]),
+    ("5 the fuzzer's program (issue 13)", folded_fuzz_program, [(2, 3), (2, 3)]),
+    ("5 c.zero_(); b.add_(1); b.index_copy_(0, [1, 0], b + c)", folded_zeroed_argument, [(2, 3), (2, 3)]),
+    ("5 b.add_(1); b.index_copy_(0, [1, 0], b * ones_like(b))", folded_ones, [(2, 3)]),
+    ("5 b.add_(1); b.index_add_(0, [1, 0], b + zeros_like(b))", folded_index_add, [(2, 3)]),
+    ("6 x.index_put_; y = x + zeros_like(x); x.add_(1)", folded_reinplaced_returned, [(2, 3), (2, 3)]),
 )
+
+SHARING_CASES: tuple[tuple[str, Callable[..., torch.Tensor], Sequence[tuple[int, ...]]], ...] = (
+    ("2 x.index_put_; return x.clone()", reinplaced_clone_aliases_input, [(2, 3), (2, 3)]),
+    ("6 return b + zeros_like(b)", folded_input_returned, [(2, 3)]),
+)
+"""Cases whose result must be a new tensor: torch.compile's shares an argument's storage."""
 
 ALIASED_CASES: tuple[tuple[str, Callable[..., object], Callable[[torch.Tensor], tuple[torch.Tensor, ...]]], ...] = (
     ("4 f(a, a.t()): a.mul_(2); return b.unsqueeze(0)", aliased_view_returned, lambda a: (a, a.t())),
@@ -162,20 +240,21 @@ def compare(name: str, fn: Callable[..., object], make_inputs: Callable[[], list
     return ok
 
 
-def aliasing_check() -> bool:
-    """Case 2 without a later write: the returned clone shares storage with the argument."""
+def sharing_check(name: str, fn: Callable[..., torch.Tensor], shapes: Sequence[tuple[int, ...]]) -> bool:
+    """Whether the result of ``fn`` compiled is a new tensor (eager semantics), not one of the arguments' storage."""
     torch._dynamo.reset()
-    x, v = _inputs([(2, 3), (2, 3)])
-    y = torch.compile(reinplaced_clone_aliases_input, fullgraph=True)(x, v)
-    shared = y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
-    print(f"{'WRONG' if shared else 'OK   '} 2 x.index_put_; return x.clone()  (result shares x's storage: {shared})")
+    args = _inputs(shapes)
+    y = torch.compile(fn, fullgraph=True)(*args)
+    shared = any(y.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() for a in args)
+    print(f"{'WRONG' if shared else 'OK   '} {name}  (result shares an argument's storage: {shared})")
     return not shared
 
 
 def main() -> int:
     warnings.simplefilter("ignore")
     print(f"torch {torch.__version__}, eager vs torch.compile(fullgraph=True), CPU")
-    results = [run(*case) for case in CASES] + [aliasing_check()] + [run_aliased(*case) for case in ALIASED_CASES]
+    results = ([run(*case) for case in CASES] + [sharing_check(*case) for case in SHARING_CASES]
+               + [run_aliased(*case) for case in ALIASED_CASES])
     print(f"{results.count(False)} of {len(results)} cases miscompiled")
     return 0
 

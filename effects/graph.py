@@ -474,9 +474,9 @@ class DependencyGraph:
         eff = self._effects[i]
         if eff.opaque:
             return None
-        inputs = self.program.instructions[i].inputs
+        inst = self.program.instructions[i]
         class_of = self.storage.storage
-        return frozenset(class_of(v) for k in eff.written for v in operand_values(inputs[k]))
+        return frozenset(class_of(v) for k in eff.written for v in inst.values_at(k))
 
     def _check_node(self, v: int) -> None:
         if not (isinstance(v, int) and 0 <= v <= self.n):

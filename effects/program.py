@@ -64,6 +64,12 @@ class Instruction:
         for operand in self.inputs:
             yield from operand_values(operand)
 
+    def values_at(self, position: int) -> tuple[Value, ...]:
+        """The values of the operand at signature ``position`` (see :mod:`effects.model`); none when the
+        instruction does not bind that position (an optional operand left out of the call, such as ``out=``).
+        Effects name positions of the op's signature, so read written/viewed operands through this."""
+        return operand_values(self.inputs[position]) if position < len(self.inputs) else ()
+
     def __str__(self) -> str:
         outs = ", ".join(map(str, self.outputs))
         args = ", ".join(map(_fmt_operand, self.inputs))

@@ -219,7 +219,8 @@ def _writes_inside(bsym: BoundSymbol) -> bool:
 
 
 def unsafe_remat_pairs(trace: TraceCtx) -> frozenset[tuple[str, str]]:
-    """(producer, consumer) fusion names whose rematerialization could recompute across a write."""
+    """(producer, consumer) fusion names whose rematerialization could recompute across a write, or rebuild a
+    region :mod:`inductor_guard` split."""
     adapted, graph = _adapt(trace)
     fusions = [i for i, b in enumerate(adapted.bsyms) if b.sym.is_fusion]
     writes = [graph.written_storage(i) for i in range(graph.n)]
@@ -235,7 +236,7 @@ def unsafe_remat_pairs(trace: TraceCtx) -> frozenset[tuple[str, str]]:
             if j != p and j in internal:
                 if hazard or internal[j]:
                     unsafe.add((producer.sym.name, adapted.bsyms[j].sym.name))
-    return frozenset(unsafe)
+    return frozenset(unsafe) | inductor_guard.unsafe_remat_pairs(adapted, graph)
 
 
 def rematerialize(original: Callable[[TraceCtx], TraceCtx], trace: TraceCtx) -> TraceCtx:

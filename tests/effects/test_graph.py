@@ -163,6 +163,16 @@ def test_redefinition(build):
         build(I("add", "x", "y", out="a"), I("add", "x", "y", out="a"))
 
 
+def test_effects_on_an_operand_the_call_leaves_out_are_vacuous(build, registry):
+    """Effects name signature positions; a call that leaves an optional one out (``erf(a)`` with ``erf.out``'s
+    write to ``out`` at position 1) binds nothing there: no write, no edge, and ``values_at`` is empty."""
+    registry.declare("erf", effects.make_effects(writes=[1], aliases=[(0, 1)]), source="tests")
+    g = build(I("erf", "x", out="e"), I("add", "x", "y", out="a"), returns=("e", "a"))
+    assert g.program.instructions[0].values_at(1) == () and g.program.instructions[0].values_at(0) == ("x",)
+    assert not g.edges_between(0, 1)
+    assert g.storage.storage("e") != g.storage.storage("x")
+
+
 def test_effects_of_overrides_registry(build, registry):
     program = Program((I("add", "x", "y", out="a"),), ("x", "y"))
     g = DependencyGraph.build(program, registry, effects_of=lambda inst: effects.OPAQUE)

@@ -8,7 +8,7 @@ Vocabulary: everything except the generator-bound RNG ops (``uniform_``/``normal
 pipeline. ``opaque_axpy_`` stays (Thunder traces into it). Programs stock ``thunder.jit`` rejects with the same
 error (e.g. ``copy_`` broadcasting its source) are discarded (``assume``), not failures.
 
-CI (``ci`` profile) runs a few derandomized examples per fusion type (torch.compile is slow on 2 cores);
+The test command runs a few derandomized examples per fusion type (torch.compile is slow on 2 cores);
 ``benchmarks/fuzz_thunder.py`` runs thousands and prints the counts.
 """
 
