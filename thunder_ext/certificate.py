@@ -27,7 +27,6 @@ interleaving of two different groups' collectives is not compared (each group's 
 
 from __future__ import annotations
 
-import enum
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -77,7 +76,8 @@ def _describe_tensor(proxy: Proxy, arguments: frozenset[str]) -> str:
 
 
 def _constant(value: object) -> str:
-    return value.name if isinstance(value, enum.Enum) else repr(value)
+    name = getattr(value, "name", None)  # enums, Python's and pybind's (``ReduceOp.SUM``): their name
+    return name if isinstance(name, str) and not isinstance(value, str) else repr(value)
 
 
 def _leaves(bsyms: Iterable[BoundSymbol]) -> Iterable[BoundSymbol]:
