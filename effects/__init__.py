@@ -5,7 +5,8 @@ The core is framework-neutral (standard library + torch for schemas) and never i
 
 * :mod:`effects.model` — the vocabulary (:class:`Effects`, :class:`Access`, :class:`Alias`, resources).
 * :mod:`effects.spec` — :func:`make_effects`: every spelling of effects (lists, mappings, schemas) as one.
-* :mod:`effects.registry` — op key → effects, with schema-derived defaults and an opaque fallback.
+* :mod:`effects.registry` — op key → effects, with schema-derived defaults and an opaque fallback;
+  :mod:`effects.dependent` — declarations whose effects depend on constant arguments (``skip_clone=True``).
 * :mod:`effects.schema` — effects from torch ``FunctionSchema`` alias annotations.
 * :mod:`effects.program` — the neutral instruction/program type adapters map their IR to.
 * :mod:`effects.errors` — the exception hierarchy.
@@ -26,6 +27,7 @@ from .alias import StorageClasses
 from .check import CheckReport, Finding, Lie, Sample, check_op, checked_call
 from .compose import compose
 from .dce import dce, live_instructions
+from .dependent import DependentEffects
 from .edges import KEEPS_ALIVE, STORAGE_HAZARDS, Edge, EdgeKind
 from .errors import (
     ConflictingDeclarationError,
@@ -80,7 +82,7 @@ __all__ = [
     "OperandRef", "describe_key",
     # registry and schemas
     "Registry", "Registration", "Declaration", "Origin", "Resolution", "default_registry", "from_schema", "derive",
-    "RNG_DEFAULT",
+    "RNG_DEFAULT", "DependentEffects",
     # programs
     "Const", "Instruction", "Program", "operand_values", "compose",
     # dependency graph and passes

@@ -1,7 +1,8 @@
 """Differential fuzzing of the graph, the scheduler, the partitioner and DCE (needs the ``test`` extra).
 
-``python -m effects.fuzz --examples 5000 --seed 0`` generates programs with :func:`effects.testing.programs` and, for
-each one, checks against eager execution of the original:
+``python -m effects.fuzz --examples 5000 --seed 0`` generates programs with :func:`effects.testing.programs` (fake
+collectives on two process groups included) and, for each one, checks against eager execution of the original
+(each group's sequence of collectives included):
 
 * ``--schedules K`` random valid orders of its dependency graph (every other one also places the return early,
   which exercises the RETURN edges);
@@ -35,7 +36,10 @@ from .registry import Registry
 from .schedule import reorder
 from .testing import Case, Mismatch, Oracle, check_round_trip, partitions, programs, schedules
 
-__all__ = ["FuzzStats", "FuzzResult", "fuzz", "main"]
+__all__ = ["FuzzStats", "FuzzResult", "fuzz", "main", "GROUPS"]
+
+GROUPS = 2
+"""Process groups the generated programs' fake collectives use (each its own ordered ``comm`` resource)."""
 
 
 @dataclass(slots=True)
@@ -80,13 +84,15 @@ def fuzz(
     check_fused_orders: bool = True,
     check_dce: bool = True,
     check_functionalize: bool = True,
+    groups: int = GROUPS,
     shrink: bool = True,
     registry: Registry | None = None,
     progress: Callable[[FuzzStats], None] | None = None,
 ) -> FuzzResult:
     """Run the differential checks on ``examples`` generated programs (see the module docstring).
 
-    ``registry`` defaults to a fresh :class:`~effects.registry.Registry` (schema-derived effects, opaque fallback).
+    ``registry`` defaults to a fresh :class:`~effects.registry.Registry` (schema-derived effects, opaque fallback);
+    ``groups`` is how many process groups the fake collectives use (0: no collectives).
     """
     reg = Registry() if registry is None else registry
     stats = FuzzStats()
@@ -113,7 +119,7 @@ def fuzz(
     phases = (Phase.generate, Phase.shrink) if shrink else (Phase.generate,)
     test = settings(max_examples=examples, database=None, deadline=None, phases=phases, print_blob=False,
                     verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))(
-        seed(seed_value)(given(programs(), st.data())(check)))
+        seed(seed_value)(given(programs(groups=groups), st.data())(check)))
     try:
         test()
     except Mismatch as failure:
@@ -157,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-dce", action="store_true", help="skip the dead-code-elimination check")
     parser.add_argument("--no-functionalize", action="store_true",
                         help="skip the functionalize/reinplace round trip")
+    parser.add_argument("--groups", type=int, default=GROUPS,
+                        help=f"process groups of the fake collectives (default {GROUPS}; 0: no collectives)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     last = [0.0]
@@ -169,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = fuzz(examples=args.examples, seed_value=args.seed, schedules_per_program=args.schedules,
                   check_partitions=not args.no_partitions, check_fused_orders=not args.no_fused_orders,
-                  check_dce=not args.no_dce, check_functionalize=not args.no_functionalize,
+                  check_dce=not args.no_dce, check_functionalize=not args.no_functionalize, groups=args.groups,
                   progress=None if args.quiet else progress)
     if not args.quiet:
         print(_bar(result.stats, args.examples), file=sys.stderr)

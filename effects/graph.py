@@ -57,7 +57,7 @@ from .edges import Edge, EdgeKind
 from .errors import UndefinedValueError
 from .model import GLOBAL, Access, Effects, Resource
 from .program import Const, Instruction, Program, operand_values
-from .registry import Registry, default_registry
+from .registry import Registry, Resolution, default_registry
 
 __all__ = ["EdgeKind", "Edge", "DependencyGraph", "HAZARD_RULES", "resolve_effects"]
 
@@ -75,18 +75,20 @@ def resolve_effects(
     effects_of: Callable[[Instruction], Effects] | None = None,
 ) -> list[Effects]:
     """The effects of every instruction: ``effects_of(inst)`` if given, else ``inst.effects`` if set, else the
-    registry's answer for ``inst.op`` (looked up once per op key)."""
+    registry's answer for ``inst.op`` (looked up once per op key; a constant-dependent declaration answers per
+    instruction, from its constant operands)."""
     if effects_of is not None:
         return [effects_of(inst) for inst in program.instructions]
     reg = default_registry() if registry is None else registry
-    cache: dict[Hashable, Effects] = {}
+    cache: dict[Hashable, Resolution] = {}
     resolved = []
     for inst in program.instructions:
         eff = inst.effects
         if eff is None:
-            eff = cache.get(inst.op)
-            if eff is None:
-                eff = cache[inst.op] = reg.lookup(inst.op)
+            found = cache.get(inst.op)
+            if found is None:
+                found = cache[inst.op] = reg.resolve(inst.op)
+            eff = found.effects if found.dependent is None else found.dependent.at(inst.inputs)
         resolved.append(eff)
     return resolved
 

@@ -12,6 +12,11 @@ that declaration (also as a context manager), so tests and plugins never leak st
 for an op that already has a declaration from another source is a :class:`~effects.errors.ConflictingDeclarationError`
 naming both sources and the difference, unless ``override=True``. Re-declaring identical effects is harmless.
 
+A declaration may also be a :class:`~effects.dependent.DependentEffects` (effects that depend on constant
+arguments, such as ``skip_clone=True``): :meth:`Registry.resolve` then answers its ``unknown`` effects and carries
+the declaration in :attr:`Resolution.dependent`, and :meth:`Resolution.at` gives the effects of one instruction from
+its operands.
+
 There is one process-wide :func:`default_registry`; :meth:`Registry.copy` or ``Registry()`` make isolated ones.
 """
 
@@ -19,9 +24,11 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from .dependent import DependentEffects
 from .errors import ConflictingDeclarationError, UndeclaredOpError
 from .model import OPAQUE, Effects, Signature, describe_key
 
@@ -51,19 +58,27 @@ class Declaration:
     """One explicit declaration (compared by identity: each declare() call is its own entry)."""
 
     op: Hashable
-    effects: Effects
+    effects: Effects | DependentEffects
     source: str
     signature: Signature | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
-    """The answer to a lookup: the effects, where they came from, and the signature when known."""
+    """The answer to a lookup: the effects, where they came from, and the signature when known.
+
+    For a constant-dependent declaration, ``effects`` are its ``unknown`` effects (what holds for every call) and
+    ``dependent`` is the declaration: :meth:`at` gives the effects of one call."""
 
     effects: Effects
     origin: Origin
     source: str
     signature: Signature | None = None
+    dependent: DependentEffects | None = None
+
+    def at(self, inputs: Sequence[Any]) -> Effects:
+        """The effects of one instruction of this op, with operands ``inputs``."""
+        return self.effects if self.dependent is None else self.dependent.at(inputs)
 
 
 class Registration:
@@ -122,25 +137,29 @@ class Registry:
     def declare(
         self,
         op: Hashable,
-        effects: Effects,
+        effects: Effects | DependentEffects,
         *,
         source: str,
         signature: Signature | None = None,
         override: bool = False,
     ) -> Registration:
-        """Declare the effects of ``op``. Validated against ``signature`` (or the op's schema) when known.
+        """Declare the effects of ``op`` (an ``Effects``, or a :class:`~effects.dependent.DependentEffects` whose
+        effects depend on constant operands). Validated against ``signature`` (or the op's schema) when known.
 
         Raises:
             ConflictingDeclarationError: ``op`` already has different effects from another source and
                 ``override`` is false.
             InvalidDeclaration: the effects do not fit the signature.
         """
-        if not isinstance(effects, Effects):
-            raise TypeError(f"declare({describe_key(op)!r}, ...): effects must be an Effects, got {effects!r}")
+        if not isinstance(effects, (Effects, DependentEffects)):
+            raise TypeError(f"declare({describe_key(op)!r}, ...): effects must be an Effects or a DependentEffects, "
+                            f"got {effects!r}")
         if signature is None:
             derived = self._derive(op)
             signature = derived[1] if derived else None
-        if signature is not None:
+        if isinstance(effects, DependentEffects):
+            effects = effects.bind(signature, op=op)
+        elif signature is not None:
             effects = effects.validate(signature, op=describe_key(op))
         with self._lock:
             stack = self._entries.setdefault(op, [])
@@ -177,6 +196,8 @@ class Registry:
         stack = self._entries.get(op)
         if stack:
             top = stack[-1]
+            if isinstance(top.effects, DependentEffects):
+                return Resolution(top.effects.unknown, Origin.DECLARED, top.source, top.signature, top.effects)
             return Resolution(top.effects, Origin.DECLARED, top.source, top.signature)
         derived = self._derive(op)
         if derived is not None:
@@ -190,7 +211,8 @@ class Registry:
         return Resolution(OPAQUE, Origin.UNKNOWN, "default", None)
 
     def lookup(self, op: Hashable) -> Effects:
-        """The effects of ``op`` (see :meth:`resolve`)."""
+        """The effects of ``op`` (see :meth:`resolve`; for a constant-dependent declaration, what holds for every
+        call)."""
         return self.resolve(op).effects
 
     def declarations(self, op: Hashable) -> tuple[Declaration, ...]:
@@ -227,7 +249,9 @@ class Registry:
         return f"<Registry {len(self._entries)} declared ops{' strict' if self.strict else ''}>"
 
 
-def _difference(old: Effects, new: Effects) -> str:
+def _difference(old: Effects | DependentEffects, new: Effects | DependentEffects) -> str:
+    if isinstance(old, DependentEffects) or isinstance(new, DependentEffects):
+        return "the declarations are different rules (or a rule and fixed effects)"
     if old.opaque or new.opaque:
         return "opaque vs " + ("declared effects" if old.opaque else "opaque")
     removed = [str(x) for x in (*old.operands, *old.aliases, *old.resources) if not _has(new, x)]

@@ -10,7 +10,8 @@ Where the effects come from — the :data:`Category` of each symbol, reported by
   ``update_aliases``, bookkeeping), composite symbols with hidden writes (``batch_norm`` writes its running
   statistics through inner ``copy_``\\ s, although ``aten::batch_norm``'s schema does not say so), symbols tagged
   ``IN_PLACE`` without a usable schema (Thunder's convention: the first tensor argument is written), and the
-  distributed collectives (ordered on ``comm[world]``; one key for all groups over-orders, never under-orders);
+  distributed collectives and bookkeeping prims (:mod:`thunder_ext.collectives`: ordered per process group on
+  ``comm[group]``, with effects that depend on constant arguments such as ``skip_clone``);
 * ``schema-derived`` — ltorch symbols whose torch function maps to an ATen op: writes, views and RNG effects of
   its ``FunctionSchema`` (:mod:`effects.schema`), moved onto the Thunder signature by parameter name (``self`` is
   the first parameter, other unmatched positional parameters by position);
@@ -39,12 +40,12 @@ from effects import (
     IO,
     PURE,
     RNG_DEFAULT,
+    DependentEffects,
     Effects,
     Origin,
     Resource,
     ResourceEffect,
     Signature,
-    comm,
     derive,
     make_effects,
 )
@@ -55,6 +56,7 @@ from thunder.core.prims import OpTags, PrimIDs
 from thunder.core.symbol import Symbol
 from thunder.executors import torchex
 
+from . import collectives
 from ._thunder import MAY_VIEW_SYMBOLS, TORCH_FUNCTION_MAP, VIEW_SYMBOLS
 from .keys import impl_key, python_signature, signature_of
 
@@ -179,14 +181,7 @@ def _explicit_ltorch(symbols: dict[Hashable, Symbol]) -> dict[Hashable, Effects]
     for sym in symbols.values():
         tags = sym.tags or ()
         if OpTags.IN_PLACE in tags and sym.id not in table:
-            written = make_effects(read_writes=[0], aliases=[(0, 0)])
-            if sym.id in ("all_gather_", "all_reduce_", "reduce_scatter_"):
-                written = written | make_effects(resources=[comm()])
-            table[sym.id] = written
-    for name in ("all_gather", "all_reduce", "broadcast", "reduce_scatter", "wait", "synchronize"):
-        sym = getattr(getattr(ltorch, "dist", None), name, None) or getattr(ltorch, name, None)
-        if isinstance(sym, Symbol):
-            table[sym.id] = make_effects(resources=[comm()])
+            table[sym.id] = make_effects(read_writes=[0], aliases=[(0, 0)])
     may_view = MAY_VIEW_SYMBOLS.get()
     for view in (*VIEW_SYMBOLS.get(), *may_view):
         table.setdefault(view.id, make_effects(aliases=[(0, 0, view in may_view)]))
@@ -260,13 +255,13 @@ def _from_schema(sym: Symbol, torch_fns: list[object]) -> Effects | None:
 
 @dataclass(frozen=True, slots=True)
 class _Tables:
-    effects: dict[Hashable, Effects]
+    effects: dict[Hashable, Effects | DependentEffects]
     categories: dict[Hashable, Category]
     signatures: dict[Hashable, Signature | None]
 
 
 def _build_tables() -> _Tables:
-    effects_by_key: dict[Hashable, Effects] = {}
+    effects_by_key: dict[Hashable, Effects | DependentEffects] = {}
     categories: dict[Hashable, Category] = {}
     signatures: dict[Hashable, Signature | None] = {}
 
@@ -289,6 +284,8 @@ def _build_tables() -> _Tables:
         elif derived is not None:
             effects_by_key[sid] = derived
             categories[sid] = "schema-derived"
+    for sym, eff in collectives.declarations().items():  # after the IN_PLACE convention, which they refine
+        effects_by_key[sym.id], categories[sym.id], signatures[sym.id] = eff, "declared", signature_of(sym)
 
     for implemented, info in torchex.ex.implmap.items():
         impl = info.symbol
@@ -313,12 +310,12 @@ def category_of(key: Hashable) -> Category | None:
     return _tables().categories.get(key)
 
 
-def _validated(key: Hashable, eff: Effects) -> tuple[Effects, Signature | None]:
+def _validated(key: Hashable, eff: Effects | DependentEffects) -> tuple[Effects | DependentEffects, Signature | None]:
     sig = _tables().signatures.get(key)
     if sig is None:
         return eff, None
     try:
-        return eff.validate(sig, op=key), sig
+        return (eff.bind(sig, op=key) if isinstance(eff, DependentEffects) else eff.validate(sig, op=key)), sig
     except effects.InvalidDeclaration:
         return eff, None  # e.g. a write to a parameter annotated as a Number: keep it, unvalidated
 
@@ -358,6 +355,8 @@ def _known_symbols() -> Iterator[tuple[Hashable, Symbol | None]]:
         yield pid, None
     for sid, sym in _ltorch_symbols().items():
         yield sid, sym
+    for sym in collectives.declarations():
+        yield sym.id, sym
     for info in torchex.ex.implmap.values():
         if info.symbol is not None:
             yield impl_key(info.symbol), info.symbol

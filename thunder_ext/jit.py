@@ -34,6 +34,7 @@ from thunder.core.module import ThunderModule
 
 from . import _patches, opaque_torch, state
 from ._thunder import FORWARD_FN
+from .certificate import CollectiveCertificate
 from .reinplace import Reinplace
 from .verify import EffectVerification, verify_jitted
 
@@ -85,13 +86,15 @@ def _held(call: Callable[..., Any], jfn: Any, verify: bool) -> Callable[..., Any
 
 
 def jit(
-    fn: Callable[..., Any], /, *, verify: bool = False, reinplace: bool = True, **kwargs: Any
+    fn: Callable[..., Any], /, *, verify: bool = False, reinplace: bool = True, certify_collectives: bool = True,
+    **kwargs: Any,
 ) -> Callable[..., Any]:
     """``thunder.jit(fn, **kwargs)`` with the effect pipeline (see the module docstring).
 
     ``skip_inplace_alias_updates`` (default ``True``) controls ``update_aliases`` threading; ``reinplace`` runs
-    torch-executor ``op`` + ``copy_`` pairs in place where safe; ``verify`` turns on trace verification. Every other
-    keyword goes to ``thunder.jit`` unchanged.
+    torch-executor ``op`` + ``copy_`` pairs in place where safe; ``verify`` turns on trace verification;
+    ``certify_collectives`` compares every compilation's collective order across ranks
+    (:mod:`thunder_ext.certificate`). Every other keyword goes to ``thunder.jit`` unchanged.
     """
     skip_alias_updates = kwargs.pop("skip_inplace_alias_updates", True)
     transforms = list(kwargs.pop("transforms", None) or [])
@@ -99,6 +102,8 @@ def jit(
         transforms.append(Reinplace())
     if verify:
         transforms.append(EffectVerification())
+    if certify_collectives:
+        transforms.append(CollectiveCertificate())  # last: it certifies what every other pass left
     kwargs["executors"] = opaque_torch.executors_with(kwargs.get("executors"))
     kwargs[state.OPTION] = True
     kwargs[state.OPTION_ALIAS_UPDATES] = not skip_alias_updates

@@ -19,11 +19,13 @@ decision is made on the trace adapted to a neutral program (:mod:`thunder_ext.ad
   without outputs, which is what deletes a region that only mutates an argument). A pass that changed nothing
   marks its result (:class:`_DceFixpoint`), and DCE of that same trace returns it without building the graph
   again (Thunder runs DCE back to back).
-* :func:`can_fuse` keeps the backward of auto-registered torch ops out of torch.compile regions.
+* :func:`can_fuse` keeps the backward of auto-registered torch ops, asynchronous collectives and waits out of
+  torch.compile regions.
 * :func:`rematerialize` runs Thunder's rematerialization with the cut refused (:func:`find_cut` returns no cut)
-  for every producer/consumer fusion pair where recomputation could observe a write: the producer writes
-  anything (also internally), or the producer's inputs share storage with something written by an instruction
-  from the producer through the consumer (:meth:`effects.DependencyGraph.written_storage`).
+  for every producer/consumer fusion pair where recomputation could observe a write or repeat a collective: the
+  producer writes anything (also internally) or contains a collective, or the producer's inputs share storage
+  with something written by an instruction from the producer through the consumer
+  (:meth:`effects.DependencyGraph.written_storage`).
 
 Costs: one adaptation and one graph build per call, O(bound symbols + operand uses), except a DCE fixpoint
 (O(bound symbols) identity checks) and :func:`unsafe_remat_pairs` (O(fusions × instructions) set tests).
@@ -47,7 +49,7 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 from thunder.executors.data_dependent_partition import Node
 
-from . import inductor_guard
+from . import collectives, inductor_guard
 from ._thunder import DCE_FIXPOINT
 from ._thunder_fast import DontDce, dedup_number_proxies, proxy_arg_names, proxy_outs
 from .adapter import AdaptedTrace, adapt
@@ -215,7 +217,8 @@ _unsafe_pairs: contextvars.ContextVar[frozenset[tuple[str, str]] | None] = conte
 
 
 def _writes_inside(bsym: BoundSymbol) -> bool:
-    return any(bsym_effects(sub).opaque or bsym_effects(sub).written for sub in bsym.subsymbols)
+    """Whether a member writes, is opaque or communicates (recomputing a collective would issue it twice)."""
+    return any(e.opaque or e.written or collectives.communicates(e) for e in map(bsym_effects, bsym.subsymbols))
 
 
 def unsafe_remat_pairs(trace: TraceCtx) -> frozenset[tuple[str, str]]:
@@ -270,5 +273,7 @@ def _torch_autograd_fallbacks() -> frozenset[Any]:
 def can_fuse(original: Callable[..., bool], self: Any, bsym: BoundSymbol) -> bool:
     """Stand-in for ``TorchCompileExecutor.can_fuse``: never hands torch.compile the backward of an auto-registered
     torch op — it runs ``torch.autograd`` on a Python pytree that dynamo cannot trace (optree's ``DictMetaData``),
-    so every training step using such an op (``detach``, ``narrow``, ``clamp_min``...) failed to compile."""
-    return bsym.sym.id not in _torch_autograd_fallbacks() and bool(original(self, bsym))
+    so every training step using such an op (``detach``, ``narrow``, ``clamp_min``...) failed to compile — nor an
+    asynchronous collective or a wait (:func:`collectives.is_async_collective`: FSDP's all-gathers failed so)."""
+    return (bsym.sym.id not in _torch_autograd_fallbacks() and not collectives.is_async_collective(bsym)
+            and bool(original(self, bsym)))

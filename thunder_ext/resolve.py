@@ -23,7 +23,9 @@ cache                                    key
 :class:`_Resolved` on the bound symbol   the bound symbol, while its symbol, arguments, output and subsymbols are
 (:data:`thunder_ext._thunder.RESOLVED`)  the same objects (Thunder replaces those fields rather than mutating
                                          them; DCE reassigns ``subsymbols``)
-declared effects per symbol key          the implementation or symbol key
+declared effects per symbol key          the implementation or symbol key; a constant-dependent declaration
+                                         (:class:`effects.DependentEffects`: ``skip_clone``, the process group)
+                                         answers per bound symbol, cached on its constants' values
 composite effects (:data:`_composites`)  the composite's *structure*: declared effects, operand/output name
                                          pattern, each subsymbol's effects and name pattern (Thunder's fresh
                                          copies of one op are not walked again); at most 65,536 entries
@@ -41,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import effects
-from effects import OPAQUE, Alias, Effects, Instruction, Origin, compose, operand_values
+from effects import OPAQUE, Alias, DependentEffects, Effects, Instruction, Origin, compose, operand_values
 
 from thunder.core.symbol import BoundSymbol
 
@@ -83,12 +85,13 @@ class _Resolved:
                 and self.subsymbols is bsym.subsymbols)
 
 
-_declared_tables: weakref.WeakKeyDictionary[effects.Registry, tuple[int, dict[Hashable, Effects | None]]] = (
+_Declared = Effects | DependentEffects | None
+_declared_tables: weakref.WeakKeyDictionary[effects.Registry, tuple[int, dict[Hashable, _Declared]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _declared_table(registry: effects.Registry) -> dict[Hashable, Effects | None]:
+def _declared_table(registry: effects.Registry) -> dict[Hashable, _Declared]:
     """Declared effects per symbol key for ``registry``'s current generation (shared across adaptations)."""
     generation = registry.generation
     entry = _declared_tables.get(registry)
@@ -111,7 +114,7 @@ class Resolver:
         self.generation = registry.generation
         self._declared = _declared_table(registry)
 
-    def declared(self, bsym: BoundSymbol) -> Effects | None:
+    def declared(self, bsym: BoundSymbol) -> Effects | DependentEffects | None:
         sym = bsym.sym
         ikey = impl_key(sym)
         key = ikey if ikey is not None else (key_of(sym),)
@@ -124,13 +127,13 @@ class Resolver:
         found = self._declared[key] = self._lookup(ikey, key_of(sym))
         return found
 
-    def _lookup(self, *keys: Hashable) -> Effects | None:
+    def _lookup(self, *keys: Hashable) -> _Declared:
         for key in keys:
             if key is None:
                 continue
             resolution = self.registry.resolve(key)
             if resolution.origin is not Origin.UNKNOWN:
-                return resolution.effects
+                return resolution.dependent or resolution.effects
         return None
 
     def resolve(self, bsym: BoundSymbol) -> tuple[tuple[Operand, ...], Effects]:
@@ -139,6 +142,8 @@ class Resolver:
             return hit.operands, hit.effects
         operands, bound = operands_of(bsym)
         declared = self.declared(bsym)
+        if isinstance(declared, DependentEffects):  # per call, from its constants (cached on their values)
+            declared = declared.at(operands) if bound else declared.unknown
         if declared is not None and not bound and (declared.operands or declared.aliases):
             declared = None  # positions would land on the wrong operands
         if bsym.subsymbols:

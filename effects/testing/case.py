@@ -4,7 +4,8 @@ A neutral program only names its inputs and says which may alias (``Program.inpu
 oracle needs real tensors with exactly that aliasing. :class:`InputSpec` describes them compactly: a few base
 tensors (shape + seed), and for each program input the base it comes from and a :class:`Recipe` (the base itself,
 the same tensor again, its transpose, a row, a column slice, a flat view). :meth:`InputSpec.materialize` builds
-fresh tensors and fresh seeded ``torch.Generator`` objects on every call, so every run starts from identical state.
+fresh tensors, fresh seeded ``torch.Generator`` objects and fresh process-group :class:`~effects.testing.vocab.Channel`
+objects on every call, so every run starts from identical state.
 
 :func:`program_python` and :meth:`Case.to_python` print a case as a self-contained, runnable Python script.
 """
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from ..model import describe_key
 from ..program import Const, Instruction, Program
-from .vocab import TensorMeta, format_operand, spec_for
+from .vocab import Channel, TensorMeta, format_operand, spec_for
 
 __all__ = ["Recipe", "InputBinding", "InputSpec", "RunInputs", "Case", "program_python", "to_python_function"]
 
@@ -77,12 +78,14 @@ class InputBinding:
 
 @dataclass(frozen=True, slots=True)
 class RunInputs:
-    """Fresh input tensors (by program input name) and fresh generators (by name) for one run."""
+    """Fresh input tensors (by program input name), fresh generators and process-group channels (by name) for one
+    run."""
 
     tensors: Mapping[str, torch.Tensor]
     generators: Mapping[str, torch.Generator]
     bases: tuple[torch.Tensor, ...] = ()
     """The base tensors the inputs are made from (the leaves gradients reach)."""
+    channels: Mapping[str, Channel] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +98,10 @@ class InputSpec:
     """One per program input, in program input order; the first binding of every base is ``Recipe.BASE``."""
     generators: tuple[str, ...] = ()
     seed: int = 0
-    """Base ``i`` is drawn with seed ``seed + i``; generator ``j`` is seeded with ``seed + 1000 + j``."""
+    """Base ``i`` is drawn with seed ``seed + i``; generator ``j`` is seeded with ``seed + 1000 + j``, the channel
+    of process group ``k`` with ``seed + 2000 + k``."""
+    groups: tuple[str, ...] = ()
+    """Process groups the fake collectives may use."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -126,7 +132,8 @@ class InputSpec:
                  i in requires_grad) for i, shape in enumerate(self.shapes)]
         tensors = {b.name: b.recipe.apply(bases[b.base]) for b in self.bindings}
         gens = {g: torch.Generator().manual_seed(self.seed + 1000 + j) for j, g in enumerate(self.generators)}
-        return RunInputs(tensors, gens, tuple(bases))
+        channels = {c: Channel(self.seed + 2000 + k) for k, c in enumerate(self.groups)}
+        return RunInputs(tensors, gens, tuple(bases), channels)
 
     def to_python(self) -> str:
         lines = []
@@ -140,6 +147,7 @@ class InputSpec:
                 lines.append(f"{b.name} = torch.randn({self.shapes[b.base]!r}, generator={gen})")
         lines += [f"{g} = torch.Generator().manual_seed({self.seed + 1000 + j})"
                   for j, g in enumerate(self.generators)]
+        lines += [f"{c} = Channel({self.seed + 2000 + k})" for k, c in enumerate(self.groups)]
         return "\n".join(lines)
 
 
@@ -156,7 +164,8 @@ class Case:
         defs = [program_python(self.program, name="program")]
         if transformed is not None:
             defs.append(program_python(transformed, name="transformed", return_at=return_at))
-        head = "import torch\nfrom effects.testing.vocab import opaque_axpy_\n"
+        head = ("import torch\n"
+                "from effects.testing.vocab import Channel, fake_all_reduce_, fake_broadcast, opaque_axpy_\n")
         return "\n\n".join([head, self.inputs.to_python(), *defs]) + "\n"
 
     def __str__(self) -> str:
@@ -199,12 +208,13 @@ def to_python_function(case: Case, *, generators: Mapping[str, torch.Generator] 
     """``case.program`` as a real Python function (the source :func:`program_python` prints, compiled), taking the
     program inputs positionally and returning the tuple of returned values — what a tracing compiler such as
     ``thunder.jit`` gets to see. Generator operands refer to ``generators`` (by name; default: fresh ones from
-    ``case.inputs``)."""
-    from .vocab import opaque_axpy_
+    ``case.inputs``), process groups to fresh channels."""
+    from .vocab import fake_all_reduce_, fake_broadcast, opaque_axpy_
 
-    if generators is None:
-        generators = case.inputs.materialize().generators
-    namespace: dict[str, object] = {"torch": torch, "opaque_axpy_": opaque_axpy_, **generators}
+    fresh = case.inputs.materialize()
+    namespace: dict[str, object] = {"torch": torch, "opaque_axpy_": opaque_axpy_, "fake_all_reduce_": fake_all_reduce_,
+                                    "fake_broadcast": fake_broadcast, **fresh.channels,
+                                    **(fresh.generators if generators is None else generators)}
     source = program_python(case.program, name=name)
     exec(compile(source, f"<effects.testing program {name}>", "exec"), namespace)  # noqa: S102 - our own printout
     fn = namespace[name]

@@ -10,8 +10,9 @@ scope that holds *only* the region's declared inputs, so a missing region input 
 value and every program input after the call (mutations through aliases are observable there). Comparison is
 bitwise (NaNs in the same places count as equal) unless ``rtol``/``atol`` are given: a reordering or partition
 runs the very same kernels on the same data, so any difference is a bug. RNG draws come from generators with the
-same seeds, so they compare bitwise too. The first divergence raises :class:`Mismatch`, whose message prints the
-case and the transformation as runnable Python.
+same seeds, so they compare bitwise too. Fake collectives draw their peers' contributions from a channel per
+process group, so each group's sequence must be the original's (and is compared as such). The first divergence
+raises :class:`Mismatch`, whose message prints the case and the transformation as runnable Python.
 
 :func:`check_pass` is the one-call helper for pass authors: "for all generated programs, my pass preserves
 semantics".
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -34,7 +35,7 @@ from ..partition import Partitioning, apply_partition
 from ..schedule import reorder
 from .case import Case, RunInputs
 from .strategies import programs
-from .vocab import GeneratorRef, Indices, aten_caller, spec_for
+from .vocab import GeneratorRef, GroupRef, Indices, aten_caller, spec_for
 
 __all__ = ["Outcome", "Mismatch", "UnknownOpError", "execute", "Oracle", "check_pass", "fresh_may_views"]
 
@@ -50,11 +51,13 @@ class UnknownOpError(EffectError, LookupError):
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What a run leaves observable: the returned values and every program input as the caller sees them at the
-    return, and the state of every generator after the run."""
+    return, the state of every generator after the run, and each process group's sequence of collectives."""
 
     returns: tuple[Any, ...]
     inputs: Mapping[str, torch.Tensor]
     generators: Mapping[str, torch.Tensor]
+    collectives: Mapping[str, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
+    """Per process group, the shapes its collectives reduced, in the order they ran."""
 
 
 def _resolve(operand: Any, env: Mapping[Hashable, Any], run: RunInputs) -> Any:
@@ -62,6 +65,8 @@ def _resolve(operand: Any, env: Mapping[Hashable, Any], run: RunInputs) -> Any:
         value = operand.value
         if isinstance(value, GeneratorRef):
             return run.generators[value.name]
+        if isinstance(value, GroupRef):
+            return run.channels[value.name]
         return value.tensor() if isinstance(value, Indices) else value
     if isinstance(operand, tuple):
         return tuple(_resolve(o, env, run) for o in operand)
@@ -114,7 +119,8 @@ def execute(program: Program, case: Case, *, return_at: int | None = None, input
     inputs = {name: _observe(t, early) for name, t in run.tensors.items()}
     for inst in insts[stop:]:
         _step(inst, env, run)
-    return Outcome(returns, inputs, {name: g.get_state() for name, g in run.generators.items()})
+    return Outcome(returns, inputs, {name: g.get_state() for name, g in run.generators.items()},
+                   {name: tuple(c.log) for name, c in run.channels.items()})
 
 
 def fresh_may_views(case: Case) -> frozenset[tuple[int, int]]:
@@ -174,6 +180,10 @@ def _first_divergence(expected: Outcome, actual: Outcome, returns: Sequence[Hash
     for name, e in expected.generators.items():
         if not torch.equal(e, actual.generators[name]):
             return f"generator {name} is in a different state after the call (a different number of draws)"
+    for name, e in expected.collectives.items():
+        if e != actual.collectives[name]:
+            return (f"process group {name} ran a different sequence of collectives (shapes in order): "
+                    f"expected {list(e)}, got {list(actual.collectives[name])}")
     return None
 
 

@@ -59,7 +59,8 @@ def _check_ops(ops: Sequence[OpSpec] | None) -> tuple[OpSpec, ...]:
 
 
 @st.composite
-def _input_specs(draw: st.DrawFn, max_inputs: int, aliasing: bool, generators: int) -> tuple[InputSpec, Env]:
+def _input_specs(draw: st.DrawFn, max_inputs: int, aliasing: bool, generators: int,
+                 groups: int) -> tuple[InputSpec, Env]:
     shapes = tuple(draw(st.lists(st.sampled_from(BASE_SHAPES), min_size=1, max_size=max_inputs)))
     bindings = [InputBinding(chr(ord("a") + i), i, Recipe.BASE) for i in range(len(shapes))]
     metas = [TensorMeta(s, storage=i) for i, s in enumerate(shapes)]
@@ -72,14 +73,14 @@ def _input_specs(draw: st.DrawFn, max_inputs: int, aliasing: bool, generators: i
                 bindings.append(InputBinding(chr(ord("a") + len(bindings)), base, recipe))
                 metas.append(recipe.meta(metas[base]))
     spec = InputSpec(shapes, tuple(bindings), tuple(f"g{j}" for j in range(generators)),
-                     draw(st.integers(0, 2**16)))
-    return spec, Env([(b.name, m) for b, m in zip(bindings, metas)], spec.generators)
+                     draw(st.integers(0, 2**16)), tuple(f"c{k}" for k in range(groups)))
+    return spec, Env([(b.name, m) for b, m in zip(bindings, metas)], spec.generators, spec.groups)
 
 
 @st.composite
 def _programs(draw: st.DrawFn, ops: tuple[OpSpec, ...], min_instructions: int, max_instructions: int,
-              max_inputs: int, aliasing: bool, generators: int, max_returns: int) -> Case:
-    spec, env = draw(_input_specs(max_inputs, aliasing, generators))
+              max_inputs: int, aliasing: bool, generators: int, groups: int, max_returns: int) -> Case:
+    spec, env = draw(_input_specs(max_inputs, aliasing, generators, groups))
     raw = draw(st.lists(st.tuples(st.integers(0, len(ops) - 1), st.lists(_RAW, min_size=4, max_size=4)),
                         min_size=min_instructions, max_size=max_instructions))
     instructions = []
@@ -107,6 +108,7 @@ def programs(
     max_inputs: int = 3,
     aliasing: bool = True,
     generators: int = 2,
+    groups: int = 0,
     max_returns: int = 3,
     ops: Sequence[OpSpec] | None = None,
 ) -> st.SearchStrategy[Case]:
@@ -120,6 +122,9 @@ def programs(
         aliasing: also draw inputs that alias another input (the same tensor twice, its transpose, a row, a column
             slice, a flat view); they are declared in ``Program.input_aliases``.
         generators: ``torch.Generator`` s the RNG ops may draw from (each is its own ordered resource).
+        groups: process groups (``c0``, ``c1``, ...) the fake collectives may use, each its own ordered
+            ``comm`` resource; 0 (the default) draws no collectives, so callers that run programs elsewhere (a
+            tracing compiler) opt in.
         max_returns: how many values (computed ones or inputs) the program returns.
         ops: a subset of :data:`~effects.testing.VOCABULARY` (default: all of it).
     """
@@ -127,10 +132,13 @@ def programs(
     _check_int("max_instructions", max_instructions, min_instructions, 200)
     _check_int("max_inputs", max_inputs, 1, 26)
     _check_int("generators", generators, 0, 8)
+    _check_int("groups", groups, 0, 8)
     _check_int("max_returns", max_returns, 0)
     if not isinstance(aliasing, bool):
         raise InvalidArgument(f"aliasing={aliasing!r} must be a bool")
-    return _programs(_check_ops(ops), min_instructions, max_instructions, max_inputs, aliasing, generators, max_returns)
+    chosen = tuple(op for op in _check_ops(ops) if groups or op.kind is not OpKind.COLLECTIVE)  # none can be built
+    return _programs(chosen, min_instructions, max_instructions, max_inputs, aliasing, generators, groups,
+                     max_returns)
 
 
 def _check_graph(graph: object) -> DependencyGraph:

@@ -12,7 +12,13 @@ Design:
   of :class:`TensorMeta`) and a few drawn integers (:class:`Picks`), and returns operands that fit, or ``None``.
   Every integer is used modulo the number of choices, so any list of integers is a valid program and Hypothesis
   can shrink freely; 0 means "the most recent candidate / the first option".
-* Ops are listed pure first, then views, in-place, RNG and opaque: shrinking the op index simplifies toward pure.
+* **Collectives** are neutral fakes of ``torch.distributed`` ops on named process groups (``c0``, ``c1``): a
+  :class:`Channel` per group stands for what the other ranks contribute, in the order that group's collectives run
+  (each collective adds the group's next draw), so moving a collective across another of *its* group, dropping or
+  duplicating one changes the values and the group's log, while collectives of different groups commute. They order
+  on ``comm[c0]``/``comm[c1]`` (per-instruction effects, like generator-bound RNG).
+* Ops are listed pure first, then views, in-place, RNG, collectives and opaque: shrinking the op index simplifies
+  toward pure.
 * Safety rules keep every program executable: in-place ops write only writable values (never an ``expand`` view
   or anything viewed from one) and never read another operand sharing the written storage; ``view`` only applies
   to values known to be contiguous. Storage ids are conservative (``reshape`` may alias, so it shares).
@@ -28,13 +34,13 @@ from typing import Any
 
 import torch
 
-from ..model import Effects, Resource, ResourceEffect
+from ..model import Access, Alias, Effects, OperandEffect, Resource, ResourceEffect, comm
 from ..program import Const
 from ..schema import derive
 
 __all__ = [
-    "OpKind", "TensorMeta", "Env", "Picks", "Built", "OpSpec", "Indices", "GeneratorRef", "VOCABULARY",
-    "opaque_axpy_", "spec_for", "format_operand", "aten_caller",
+    "OpKind", "TensorMeta", "Env", "Picks", "Built", "OpSpec", "Indices", "GeneratorRef", "GroupRef", "Channel",
+    "VOCABULARY", "opaque_axpy_", "fake_all_reduce_", "fake_broadcast", "spec_for", "format_operand", "aten_caller",
 ]
 
 aten = torch.ops.aten
@@ -47,7 +53,8 @@ class OpKind(enum.IntEnum):
     VIEW = 1
     INPLACE = 2
     RNG = 3
-    OPAQUE = 4
+    COLLECTIVE = 4
+    OPAQUE = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +82,46 @@ class GeneratorRef:
 
     def __repr__(self) -> str:
         return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRef:
+    """A process group operand of a fake collective, by name; the runner binds it to the run's :class:`Channel`."""
+
+    name: str
+
+    @property
+    def resource(self) -> Resource:
+        return comm(self.name)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Channel:
+    """One process group as seen by a rank: ``generator`` draws what the other ranks contribute, in the order the
+    group's collectives run, and ``log`` records the shape each collective reduced (the group's sequence)."""
+
+    __slots__ = ("generator", "log")
+
+    def __init__(self, seed: int) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+        self.log: list[tuple[int, ...]] = []
+
+    def contribution(self, like: torch.Tensor) -> torch.Tensor:
+        self.log.append(tuple(like.shape))
+        return torch.rand(like.shape, generator=self.generator)
+
+
+def fake_all_reduce_(x: torch.Tensor, group: Channel) -> torch.Tensor:
+    """``torch.distributed.all_reduce(x, group=group)`` on one rank: ``x`` plus the other ranks' contribution, in
+    place."""
+    return x.add_(group.contribution(x))
+
+
+def fake_broadcast(x: torch.Tensor, group: Channel) -> torch.Tensor:
+    """A collective that reads ``x`` and returns fresh storage (``all_gather``, ``broadcast``)."""
+    return x + group.contribution(x)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +172,16 @@ class Picks:
 
 
 class Env:
-    """The values defined so far while generating a program (definition order) and the generator names."""
+    """The values defined so far while generating a program (definition order), the generator names and the
+    process group names."""
 
-    __slots__ = ("values", "generators", "_storages")
+    __slots__ = ("values", "generators", "groups", "_storages")
 
-    def __init__(self, values: Sequence[tuple[str, TensorMeta]], generators: Sequence[str]) -> None:
+    def __init__(self, values: Sequence[tuple[str, TensorMeta]], generators: Sequence[str],
+                 groups: Sequence[str] = ()) -> None:
         self.values: list[tuple[str, TensorMeta]] = list(values)
         self.generators = tuple(generators)
+        self.groups = tuple(groups)
         self._storages = itertools.count(1 + max((m.storage for _, m in self.values), default=0))
 
     def pick(self, picks: Picks, accept: Callable[[TensorMeta], bool]) -> tuple[str, TensorMeta] | None:
@@ -170,7 +220,14 @@ class OpSpec:
     """Readable Python for a call, given the operands already formatted."""
 
     def effects_for(self, operands: Sequence[Any]) -> Effects | None:
-        """Per-instruction effects: generator-bound RNG ops order on their own generator, not ``rng[default]``."""
+        """Per-instruction effects: generator-bound RNG ops order on their own generator, not ``rng[default]``;
+        collectives on their group's ``comm`` resource."""
+        groups = [op.value for op in operands if isinstance(op, Const) and isinstance(op.value, GroupRef)]
+        if groups:
+            written = self.kind is OpKind.COLLECTIVE and self.name.endswith("_")
+            return Effects((OperandEffect(0, Access.READ_WRITE),) if written else (),
+                           frozenset({Alias(0, 0)}) if written else frozenset(),
+                           frozenset(ResourceEffect(g.resource) for g in groups))
         gens = [op.value for op in operands if isinstance(op, Const) and isinstance(op.value, GeneratorRef)]
         if not gens:
             return None
@@ -442,6 +499,18 @@ def _opaque(env: Env, p: Picks) -> Built | None:
     return x and Built((y[0], x[0]), None)
 
 
+def _collective(env: Env, p: Picks) -> Built | None:
+    x = env.pick(p, _target)
+    group = p.choose(env.groups)
+    return x and group and Built((x[0], Const(GroupRef(group))), x[1])
+
+
+def _collective_fresh(env: Env, p: Picks) -> Built | None:
+    x = env.pick(p, _float)
+    group = p.choose(env.groups)
+    return x and group and Built((x[0], Const(GroupRef(group))), env.fresh(x[1].shape, like=[x[1]]))
+
+
 def _slice_python(args: Sequence[str]) -> str:
     x, dim, start, end = args
     return f"{x}[{':, ' * int(dim)}{start}:{end}]"
@@ -481,6 +550,10 @@ VOCABULARY: tuple[OpSpec, ...] = (
     _aten("clamp_", aten.clamp_.default, I, _clamp, "{0}.clamp_({1}, {2})"),
     _aten("uniform_", aten.uniform_.default, R, _uniform, "{0}.uniform_({1}, {2}, generator={3})"),
     _aten("normal", aten.normal.Tensor_float, R, _normal, "torch.normal({0}, {1}, generator={2})"),
+    OpSpec("fake_broadcast", fake_broadcast, OpKind.COLLECTIVE, _collective_fresh, fake_broadcast,
+           _template("fake_broadcast({0}, {1})")),
+    OpSpec("fake_all_reduce_", fake_all_reduce_, OpKind.COLLECTIVE, _collective, fake_all_reduce_,
+           _template("fake_all_reduce_({0}, {1})")),
     OpSpec("opaque_axpy_", opaque_axpy_, OpKind.OPAQUE, _opaque, opaque_axpy_, _template("opaque_axpy_({0}, {1})")),
 )
 """Every op the generator uses, in shrink order (see :class:`OpKind`)."""

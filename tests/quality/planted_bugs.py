@@ -78,6 +78,28 @@ def _opaque_as_pure() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _collectives_unordered() -> Iterator[None]:
+    original = graph_mod._order_edges
+    with mock.patch.object(graph_mod, "_order_edges", lambda st, i, resources: original(
+            st, i, tuple(r for r in resources if r.kind != "comm"))):
+        yield
+
+
+@contextlib.contextmanager
+def _unread_collectives_dead() -> Iterator[None]:
+    original = graph_mod.DependencyGraph.is_root
+
+    def is_root(self: graph_mod.DependencyGraph, i: int) -> bool:
+        eff = self.effects(i)
+        if not eff.written and any(r.resource.kind == "comm" for r in eff.resources):
+            return False  # "nobody reads its result": but the other ranks wait for it
+        return original(self, i)
+
+    with mock.patch.object(graph_mod.DependencyGraph, "is_root", is_root):
+        yield
+
+
 PLANTED: tuple[PlantedBug, ...] = (
     PlantedBug("drop WAR", "no write-after-read edges", _no_edges("_war_edges")),
     PlantedBug("drop WAW", "no write-after-write edges", _no_edges("_waw_edges")),
@@ -92,6 +114,10 @@ PLANTED: tuple[PlantedBug, ...] = (
                _no_edges("_order_edges")),
     PlantedBug("DCE live mutation", "liveness follows DATA edges only (mutations read later are deleted)",
                lambda: mock.patch.object(dce_mod, "KEEPS_ALIVE", frozenset({EdgeKind.DATA}))),
+    PlantedBug("unorder collectives", "collectives of one process group may swap (no comm[group] chain)",
+               _collectives_unordered),
+    PlantedBug("DCE unread collective", "a collective whose result nobody reads is deleted",
+               _unread_collectives_dead),
 )
 
 
@@ -122,10 +148,11 @@ ROUND_TRIP_BUDGET = 300
 
 
 def hunt_round_trip(bug: PlantedBug, *, budget: int = ROUND_TRIP_BUDGET, seed: int = 0) -> FuzzResult:
-    """Fuzz only the functionalize/reinplace round trip with ``bug`` planted."""
+    """Fuzz only the functionalize/reinplace round trip with ``bug`` planted (on programs without collectives:
+    these bugs live in view and scatter handling, and the budget was measured on such programs)."""
     with bug.plant():
         return fuzz(examples=budget, seed_value=seed, shrink=False, schedules_per_program=0, check_partitions=False,
-                    check_fused_orders=False, check_dce=False)
+                    check_fused_orders=False, check_dce=False, groups=0)
 
 
 def hunt(bug: PlantedBug, *, budget: int = BUDGET, seed: int = 0) -> FuzzResult:
