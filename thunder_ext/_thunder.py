@@ -22,8 +22,11 @@ name                                                  used by          for
 ``thunder.executors.passes._update_fusion_call_ctx``  _patches         patched (fusion call-context cache)
 ``thunder.core.transforms._grad_fn_map``              _patches         gradient rules (corrected entries,
                                                                        :mod:`thunder_ext.grad_fixes`)
-``thunder.torch._copy_``                              opaque_torch     ltorch's in-place write (``copy_`` with
-                                                                       Thunder's dtype conversion)
+``thunder.torch._copy_``                              opaque_torch,    ltorch's in-place write (``copy_`` with
+                                                      _patches         Thunder's dtype conversion); patched
+                                                                       (eager's result-type rule)
+``JitCtx._additional_outputs``                        module_state     the interpreter's record of assignments
+                                                                       to Python objects (module attributes)
 ``TraceCtx._siginfo``                                 functionalize    the epilogue's parameters (written:
                                                                        write-backs add parameters)
 ``Symbol._bind_postprocess``                          plugin           the callable an operator runs
@@ -66,7 +69,7 @@ from typing import Any
 
 __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS", "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "LOOKASIDE_TABLE", "GRAD_TABLE",
-           "LTORCH_COPY", "SIGINFO",
+           "LTORCH_COPY", "ADDITIONAL_OUTPUTS", "SIGINFO",
            "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS", "FLAT_PROXY_ARGS",
            "REGION_FIELDS", "INPUT_ALIASES", "DCE_FIXPOINT", "RESOLVED", "FUSED", "RUNNER", "RUNNER_CALL",
            "RUNNER_BUILD"]
@@ -143,8 +146,11 @@ LOOKASIDE_TABLE = Private("thunder.core.jit_ext", "_general_jit_lookaside_map", 
                           "the interpreter's lookasides; new entries for torch functions without a symbol")
 GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE, ("_patches",),
                      "symbol id -> gradient rule; entries replaced for rules Thunder gets wrong (grad_fixes)")
-LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch",),
-                      "ltorch's in-place write: Thunder's own in-place ops are copy_(self, functional(self, ...))")
+LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch", "_patches"),
+                      "ltorch's in-place write: Thunder's own in-place ops are copy_(self, functional(self, ...)); "
+                      "patched to check eager's result-type rule (eager_checks)")
+ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs", Kind.FIELD, ("module_state",),
+                             "the interpreter's record of assignments to Python objects (module attributes)")
 SIGINFO = Private("thunder.core.trace.TraceCtx", "_siginfo", Kind.FIELD, ("functionalize",),
                   "a trace's signature; autograd write-backs add epilogue parameters")
 UPDATE_FUSION_CALL_CTX = Private("thunder.executors.passes", "_update_fusion_call_ctx", Kind.MODULE, ("_patches",),
@@ -167,7 +173,7 @@ REGION_FIELDS = tuple(
 
 PRIVATE_NAMES: tuple[Private, ...] = (
     TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, LOOKASIDE_TABLE, GRAD_TABLE, LTORCH_COPY,
-    SIGINFO, UPDATE_FUSION_CALL_CTX,
+    ADDITIONAL_OUTPUTS, SIGINFO, UPDATE_FUSION_CALL_CTX,
     BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS, *REGION_FIELDS,
 )
 """Every private Thunder name thunder_ext reads or writes (see the module docstring)."""

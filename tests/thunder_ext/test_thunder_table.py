@@ -25,6 +25,7 @@ EXPECTED_PRIVATE_NAMES = (
     "thunder.core.jit_ext._general_jit_lookaside_map",
     "thunder.core.transforms._grad_fn_map",
     "thunder.torch._copy_",
+    "thunder.core.jit_ext.JitCtx._additional_outputs",
     "thunder.core.trace.TraceCtx._siginfo",
     "thunder.executors.passes._update_fusion_call_ctx",
     "thunder.core.symbol.Symbol._bind_postprocess",
