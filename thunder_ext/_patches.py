@@ -34,8 +34,12 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   rebound in ``forward`` reach later calls and the module)
 ``jit_ext._general_jit_lookaside_map[torch_fn]``  new entries: torch functions without a Thunder symbol trace
                                                   as opaque torch calls (:mod:`thunder_ext.opaque_torch`),
-                                                  seeding as an ordered RNG write (:mod:`thunder_ext.seeding`)
-``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them
+                                                  seeding as an ordered RNG write (:mod:`thunder_ext.seeding`),
+                                                  ``out=`` calls (:mod:`thunder_ext.overloads`), ``.data =`` and
+                                                  metadata methods (:mod:`thunder_ext.rebinding`),
+                                                  ``BatchNorm(momentum=None)`` (:mod:`thunder_ext.batch_norm`)
+``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them; Thunder's in-place
+                                                  methods check the call binds first (:mod:`thunder_ext.overloads`)
 ``transforms._grad_fn_map[sym_id]``               gradient rules Thunder gets wrong (:mod:`thunder_ext.grad_fixes`)
 ================================================  ===========================================================
 
@@ -78,8 +82,8 @@ import thunder.transforms.cudagraph as cudagraph
 
 from thunder.core.compile_data import get_compile_data
 
-from . import (_thunder_fast, cudagraph as effect_cudagraph, eager_checks, functionalize, module_state, opaque_torch,
-               pipeline, seeding, state)
+from . import (_thunder_fast, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize, module_state,
+               opaque_torch, overloads, pipeline, rebinding, seeding, state)
 from ._thunder import GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, UPDATE_FUSION_CALL_CTX
 from .grad_fixes import GRAD_FIXES
 
@@ -197,10 +201,15 @@ def _build_patches() -> tuple[Patch, ...]:
         patch(jit_ext, "process_recorded_modifications"),
     ]
     lookaside_map = LOOKASIDE_TABLE.get()
-    # a function Thunder already looks aside to (F.dropout) keeps its entry behind the replacement
-    table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside)
-              for fn, lookaside in (opaque_torch.lookasides() | seeding.lookasides()).items()]
-    table += [Patch(METHOD_TABLE.get(), name, ABSENT, sym) for name, sym in opaque_torch.methods().items()]
+    added = (opaque_torch.lookasides() | seeding.lookasides() | overloads.lookasides(lookaside_map)
+             | rebinding.lookasides(lookaside_map[object.__setattr__]) | batch_norm.lookasides())
+    # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
+    # replacement
+    table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside) for fn, lookaside in added.items()]
+    method_table = METHOD_TABLE.get()
+    table += [Patch(method_table, name, ABSENT, sym)
+              for name, sym in (opaque_torch.methods() | rebinding.methods()).items()]
+    table += [Patch(method_table, name, sym, checked) for name, (sym, checked) in overloads.methods().items()]
     grad_map = GRAD_TABLE.get()
     table += [Patch(grad_map, sym_id, grad_map.get(sym_id, ABSENT), rule) for sym_id, rule in GRAD_FIXES.items()]
     nvfuser = _optional_module("thunder.executors.nvfuserex_impl")
@@ -312,6 +321,7 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
         _calls.holds += 1
     results = _ORIG_GENERAL_JIT(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
     if state.active():  # eager's overlap errors first; differentiated compilations see the trace without writes
+        rebinding.check_stale_reads(results.computation_trace)
         eager_checks.guard_overlaps(results, args, kwargs)
         results = functionalize.after_acquire(results, args, kwargs)
     return results
