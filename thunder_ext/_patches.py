@@ -322,6 +322,8 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
     results = _ORIG_GENERAL_JIT(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
     if state.active():  # eager's overlap errors first; differentiated compilations see the trace without writes
         rebinding.check_stale_reads(results.computation_trace)
+        seeding.refuse_under_autograd(results.computation_trace)
+        rebinding.refuse_under_autograd(results.computation_trace)
         eager_checks.guard_overlaps(results, args, kwargs)
         results = functionalize.after_acquire(results, args, kwargs)
     return results

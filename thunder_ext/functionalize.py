@@ -657,6 +657,16 @@ def alias_groups_of(tensors: Mapping[str, torch.Tensor]) -> tuple[frozenset[str]
     return tuple(frozenset(g) for g in groups.values() if len(g) > 1)
 
 
+def differentiated(computation: TraceCtx) -> bool:
+    """Whether the compilation in progress will differentiate ``computation`` (an argument requires grad)."""
+    from thunder.core.compile_data import get_compile_data
+
+    cd = get_compile_data()
+    if cd is None or cd.disable_torch_autograd_support:
+        return False
+    return any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args)
+
+
 def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """Functionalize ``results.computation_trace`` (Thunder's ``TraceResults``) when the compilation will be
     differentiated, and thread its autograd write-backs through the prologue and the epilogue (see the module
@@ -666,9 +676,7 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
 
     cd = get_compile_data()
     computation = results.computation_trace
-    if cd is None or cd.disable_torch_autograd_support:
-        return results
-    if not any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args):
+    if not differentiated(computation):
         return results
     input_aliases = argument_alias_groups(results.prologue_trace, computation, args, kwargs)
     new, writebacks = functionalize_for_grad(computation, grad_enabled=bool(cd.is_grad_enabled),

@@ -30,15 +30,21 @@ from effects import make_effects
 
 from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import INTERPRETER_SIGNALS, WrappedValue, get_interpreterruntimectx, unwrap, wrap_const
-from thunder.core.prims import PrimIDs
+from thunder.core.prims import OpTags, PrimIDs
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx
+from thunder.core.transforms import get_grad, put_grad, register_grad
 
 from ._thunder import REBOUND
+from .functionalize import differentiated
 from .opaque_torch import METADATA_METHODS, OpaqueTorchOp, executor, native_lookaside, opaque_method
 
-__all__ = ["StaleTensorError", "Rebound", "SET_DATA", "rebind", "rebinding_lookaside", "check_stale_reads",
+__all__ = ["StaleTensorError", "DataUnderAutogradError", "refuse_under_autograd", "Rebound", "SET_DATA", "rebind", "rebinding_lookaside", "check_stale_reads",
            "supported", "lookasides", "methods"]
+
+
+class DataUnderAutogradError(NotImplementedError):
+    """``t.data = v`` on a tensor that requires grad, in a differentiated compilation."""
 
 
 class StaleTensorError(NotImplementedError):
@@ -102,9 +108,19 @@ def _set_data_meta(tensor: TensorProxy, source: TensorProxy) -> TensorProxy:
 
 SET_DATA = executor.register_operator(
     "thunder_effects_set_data", meta=_set_data_meta, fn=_set_data,
-    effects=make_effects(writes=[0], reads=[1], aliases=[(0, 0), (0, 1)]))
+    effects=make_effects(writes=[0], reads=[1], aliases=[(0, 0), (0, 1)]), tags=[OpTags.DONT_DCE])
 """``tensor.data = source``: ``tensor`` now has ``source``'s storage and metadata (written, not read); the result
-is ``tensor``, sharing ``source``'s storage."""
+is ``tensor``, sharing ``source``'s storage. Autograd does not see it: the result's gradient is ``tensor``'s (it is
+the same tensor object at run time), ``source`` gets none."""
+
+
+def _set_data_grad(tensor: TensorProxy, source: TensorProxy) -> TensorProxy:
+    out = SET_DATA(tensor, source)
+    put_grad(tensor, get_grad(out))
+    return out
+
+
+register_grad(SET_DATA, _set_data_grad)
 
 
 def _data_assignment(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -187,3 +203,18 @@ def check_stale_reads(trace: TraceCtx) -> None:
             operand = change.operand
             old = bsym.args[operand] if isinstance(operand, int) else bsym.kwargs[operand]
             live[old.name] = change
+
+
+def refuse_under_autograd(computation: TraceCtx) -> None:
+    """Raise :class:`DataUnderAutogradError` if ``computation`` (just acquired, to be differentiated) assigns
+    ``.data`` of a tensor that requires grad: functionalization writes such a tensor back through autograd, which
+    refuses a leaf, while eager's ``.data`` bypasses autograd."""
+    if not differentiated(computation):
+        return
+    for bsym in computation.bound_symbols:
+        if bsym.sym is SET_DATA and bsym.args[0].requires_grad:
+            raise DataUnderAutogradError(
+                f"{bsym.args[0].name}.data = ... on a tensor that requires grad, inside a jitted function that is "
+                "differentiated: not supported yet. Assign .data outside the jitted function, or write the values "
+                "with `with torch.no_grad(): t.copy_(v)`."
+            )

@@ -10,9 +10,11 @@ reads its low-precision parameters and activations right after writing them.
 
 :func:`split_rounded_reads` keeps such a read out of the writer's graph: a region is split before a member that
 reads a storage class (:mod:`effects.alias`, run-time argument aliases included) that an earlier member of the
-region wrote with a low-precision floating dtype. The value then crosses a graph boundary, where it is stored —
+region wrote with a low-precision floating dtype — or, in a functionalized program (autograd), a value an earlier
+member computed that a ``prims.copy_`` write-back stores in low precision (the write itself comes last). The value then crosses a graph boundary, where it is stored —
 rounded — exactly as eager stores it. Other values keep Inductor's numerics (the fused arithmetic of a region is
-not eager's op-by-op rounding; only what is *stored* is promised). Opaque writers never share a ``torch.compile``
+not eager's op-by-op rounding; only what is *stored* is promised: an intermediate written in place by a
+functionalized program is a value like any other). Opaque writers never share a ``torch.compile``
 graph. A write and a read inside one bound symbol (a decomposition handed to ``torch.compile`` whole) are out of
 reach, as for :mod:`thunder_ext.inductor_guard`. Splitting into a prefix and a suffix in program order is always a
 valid partitioning.
@@ -29,6 +31,7 @@ import torch
 from effects import DependencyGraph, operand_values
 
 from thunder.core.dtypes import to_torch_dtype
+from thunder.core.prims import PrimIDs
 from thunder.core.proxies import TensorProxy
 
 from .adapter import AdaptedTrace
@@ -50,20 +53,36 @@ def _low_precision_writes(adapted: AdaptedTrace, graph: DependencyGraph, i: int)
             if dtypes.get(v) in LOW_PRECISION}
 
 
+def _stored_values(adapted: AdaptedTrace, graph: DependencyGraph) -> set[str]:
+    """Values a ``prims.copy_`` stores into low-precision storage: a functionalized program's write-backs store
+    the new value of an argument that it computed and read earlier."""
+    stored = set()
+    for i, bsym in enumerate(adapted.bsyms):
+        if bsym.sym.id is PrimIDs.COPY_ and _low_precision_writes(adapted, graph, i):
+            stored.update(operand_values(adapted.program.instructions[i].inputs[0]))
+    return stored
+
+
 def split_rounded_reads(adapted: AdaptedTrace, graph: DependencyGraph,
                         regions: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
     """``regions`` (members in program order) split before every member that reads a storage class an earlier
-    member of its region wrote in low precision (see the module docstring)."""
+    member of its region wrote in low precision, or a value an earlier member computed that a write stores in low
+    precision (see the module docstring)."""
     class_of = graph.storage.storage
+    stored = _stored_values(adapted, graph)
     result: list[tuple[int, ...]] = []
     for region in regions:
         current: list[int] = []
         written: set[int] = set()
+        made: set[str] = set()
         for i in region:
-            if written and any(class_of(v) in written for v in graph.program.instructions[i].input_values()):
+            inst = graph.program.instructions[i]
+            is_store = adapted.bsyms[i].sym.id is PrimIDs.COPY_
+            if current and any(class_of(v) in written or (v in made and not is_store) for v in inst.input_values()):
                 result.append(tuple(current))
-                current, written = [], set()
+                current, written, made = [], set(), set()
             current.append(i)
             written |= _low_precision_writes(adapted, graph, i)
+            made.update(v for v in inst.outputs if v in stored)
         result.append(tuple(current))
     return result

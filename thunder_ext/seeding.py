@@ -9,7 +9,8 @@ each time.
 Each seeding call becomes an operator of :data:`thunder_ext.opaque_torch.executor` whose effect is an **ordered
 write to** ``rng[default]`` — the resource every random prim (``uniform``, ``randn``, the schema-derived
 ``nondeterministic_seeded`` ops) orders on — so it runs on every call, is never dead code, and no draw moves
-across it. The interpreter looks aside to it (:func:`lookasides`, installed by :mod:`thunder_ext._patches`):
+across it. It is also tagged ``DONT_DCE``: Thunder's autograd split runs Thunder's own DCE, which keeps only
+outputs and tagged symbols. The interpreter looks aside to it (:func:`lookasides`, installed by :mod:`thunder_ext._patches`):
 
 * ``torch.manual_seed(seed)`` (also ``torch.random.manual_seed``): every device's default generator;
 * ``torch.default_generator.manual_seed(seed)``: the CPU generator (called as a method, the interpreter sees
@@ -17,7 +18,10 @@ across it. The interpreter looks aside to it (:func:`lookasides`, installed by :
   entry matches each fresh attribute read). Other generators are seeded natively, as before: no traced random op
   can draw from them.
 
-Both return the generator, as torch does. Fusion executors that draw their own numbers (torch.compile's philox
+Both return the generator, as torch does. In a differentiated compilation (an argument requires grad) seeding is
+refused (:func:`refuse_under_autograd`, :class:`SeedUnderAutogradError`): Thunder's forward/backward split keeps in
+the forward only what produces forward values, so an operation without outputs would run in the backward, after
+the draws it should precede. Fusion executors that draw their own numbers (torch.compile's philox
 streams) seed those from the default generator, so they repeat from call to call too, with numbers of their own.
 """
 
@@ -31,11 +35,15 @@ import torch
 from effects import RNG_DEFAULT, make_effects
 
 from thunder.core.interpreter import interpreter_needs_wrap
+from thunder.core.prims import OpTags
 from thunder.core.proxies import NumberProxy
+from thunder.core.trace import TraceCtx
 
+from .functionalize import differentiated
 from .opaque_torch import executor
 
-__all__ = ["MANUAL_SEED", "DEFAULT_GENERATOR_MANUAL_SEED", "lookasides"]
+__all__ = ["MANUAL_SEED", "DEFAULT_GENERATOR_MANUAL_SEED", "SeedUnderAutogradError", "lookasides",
+           "refuse_under_autograd"]
 
 _SEEDS_RNG = make_effects(resources=[RNG_DEFAULT])
 
@@ -53,12 +61,12 @@ def _default_generator_manual_seed(seed: int) -> None:
 
 
 MANUAL_SEED = executor.register_operator("thunder_effects_manual_seed", meta=_seed_meta, fn=_manual_seed,
-                                         effects=_SEEDS_RNG)
+                                         effects=_SEEDS_RNG, tags=[OpTags.DONT_DCE])
 """``torch.manual_seed(seed)`` at run time: an ordered write to ``rng[default]``."""
 
 DEFAULT_GENERATOR_MANUAL_SEED = executor.register_operator(
     "thunder_effects_default_generator_manual_seed", meta=_seed_meta, fn=_default_generator_manual_seed,
-    effects=_SEEDS_RNG)
+    effects=_SEEDS_RNG, tags=[OpTags.DONT_DCE])
 """``torch.default_generator.manual_seed(seed)`` at run time: an ordered write to ``rng[default]``."""
 
 
@@ -88,3 +96,20 @@ def lookasides() -> dict[Any, Callable[..., Any]]:
         torch.Generator.manual_seed: interpreter_needs_wrap(_generator_manual_seed),
         torch.default_generator.manual_seed: interpreter_needs_wrap(_recording(DEFAULT_GENERATOR_MANUAL_SEED)),
     }
+
+
+class SeedUnderAutogradError(NotImplementedError):
+    """Seeding inside a function that is differentiated (see the module docstring)."""
+
+
+def refuse_under_autograd(computation: TraceCtx) -> None:
+    """Raise :class:`SeedUnderAutogradError` if ``computation`` (just acquired) seeds and will be differentiated."""
+    if not differentiated(computation):
+        return
+    for bsym in computation.bound_symbols:
+        if bsym.sym in (MANUAL_SEED, DEFAULT_GENERATOR_MANUAL_SEED):
+            raise SeedUnderAutogradError(
+                f"{bsym.sym.name.removeprefix('thunder_effects_')} inside a jitted function whose arguments require "
+                "grad: Thunder's forward/backward split would run it after the random draws it must precede. Seed "
+                "before calling the jitted function (or call it with inputs that do not require grad)."
+            )
