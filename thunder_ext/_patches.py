@@ -28,9 +28,18 @@ imports in ``torch_compile``, ``nvfuserex_impl``
 ``CUDAGraphTransform.transform_trace_post_…``     :func:`cudagraph.transform_trace_post_optimization`: binds
                                                   the effect-aware ``call_cuda_graph``/``build_cuda_graph`` on
                                                   that transform's runner (:data:`RUNNER_METHODS`)
+``thunder.torch._copy_``                         :func:`eager_checks.checked_copy` (eager's in-place result-type
+                                                  rule)
+``jit_ext.process_recorded_modifications``       :func:`module_state.write_back_module_state` (module attributes
+                                                  rebound in ``forward`` reach later calls and the module)
 ``jit_ext._general_jit_lookaside_map[torch_fn]``  new entries: torch functions without a Thunder symbol trace
-                                                  as opaque torch calls (:mod:`thunder_ext.opaque_torch`)
-``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them
+                                                  as opaque torch calls (:mod:`thunder_ext.opaque_torch`),
+                                                  seeding as an ordered RNG write (:mod:`thunder_ext.seeding`),
+                                                  ``out=`` calls (:mod:`thunder_ext.overloads`), ``.data =`` and
+                                                  metadata methods (:mod:`thunder_ext.rebinding`),
+                                                  ``BatchNorm(momentum=None)`` (:mod:`thunder_ext.batch_norm`)
+``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them; Thunder's in-place
+                                                  methods check the call binds first (:mod:`thunder_ext.overloads`)
 ``transforms._grad_fn_map[sym_id]``               gradient rules Thunder gets wrong (:mod:`thunder_ext.grad_fixes`)
 ================================================  ===========================================================
 
@@ -68,12 +77,14 @@ import thunder.executors.data_dependent_partition as ddp
 import thunder.executors.passes as passes
 import thunder.executors.torch_compile as torch_compile
 import thunder.executors.utils as executor_utils
+import thunder.torch as ltorch
 import thunder.transforms.cudagraph as cudagraph
 
 from thunder.core.compile_data import get_compile_data
 
-from . import _thunder_fast, cudagraph as effect_cudagraph, functionalize, opaque_torch, pipeline, state
-from ._thunder import GRAD_TABLE, LOOKASIDE_TABLE, METHOD_TABLE, UPDATE_FUSION_CALL_CTX
+from . import (_thunder_fast, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize, module_state,
+               opaque_torch, overloads, pipeline, rebinding, seeding, state)
+from ._thunder import GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, UPDATE_FUSION_CALL_CTX
 from .grad_fixes import GRAD_FIXES
 
 __all__ = ["Patch", "PATCHES", "STAND_INS", "RUNNER_METHODS", "COMPILE_HOOK", "guarded", "apply", "restore", "applied",
@@ -156,6 +167,8 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     UPDATE_FUSION_CALL_CTX.name: (UPDATE_FUSION_CALL_CTX.get(), _thunder_fast.update_fusion_call_ctx),
     "transform_trace_post_optimization": (cudagraph.CUDAGraphTransform.transform_trace_post_optimization,
                                           effect_cudagraph.transform_trace_post_optimization),
+    LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
+    "process_recorded_modifications": (jit_ext.process_recorded_modifications, module_state.write_back_module_state),
 }
 """Thunder function (by name) -> (the original, its stand-in). Each stand-in takes the original first, then the
 original's parameters; :func:`guarded` makes the replacement."""
@@ -184,12 +197,19 @@ def _build_patches() -> tuple[Patch, ...]:
         patch(torch_compile, "Region"),
         patch(cudagraph, "Region"),
         patch(cudagraph.CUDAGraphTransform, "transform_trace_post_optimization"),
+        patch(ltorch, LTORCH_COPY.name),
+        patch(jit_ext, "process_recorded_modifications"),
     ]
     lookaside_map = LOOKASIDE_TABLE.get()
-    # a function Thunder already looks aside to (F.dropout) keeps its entry behind the replacement
-    table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside)
-              for fn, lookaside in opaque_torch.lookasides().items()]
-    table += [Patch(METHOD_TABLE.get(), name, ABSENT, sym) for name, sym in opaque_torch.methods().items()]
+    added = (opaque_torch.lookasides() | seeding.lookasides() | overloads.lookasides(lookaside_map)
+             | rebinding.lookasides(lookaside_map[object.__setattr__]) | batch_norm.lookasides())
+    # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
+    # replacement
+    table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside) for fn, lookaside in added.items()]
+    method_table = METHOD_TABLE.get()
+    table += [Patch(method_table, name, ABSENT, sym)
+              for name, sym in (opaque_torch.methods() | rebinding.methods()).items()]
+    table += [Patch(method_table, name, sym, checked) for name, (sym, checked) in overloads.methods().items()]
     grad_map = GRAD_TABLE.get()
     table += [Patch(grad_map, sym_id, grad_map.get(sym_id, ABSENT), rule) for sym_id, rule in GRAD_FIXES.items()]
     nvfuser = _optional_module("thunder.executors.nvfuserex_impl")
@@ -214,6 +234,8 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "call_cuda_graph": ("self", "fn_name", "args"),
     "build_cuda_graph": ("self", "fn", "args", "static_args_mask"),
     "thunder_general_jit": ("fn", "args", "kwargs", "sharp_edges", "ad_hoc_executor"),
+    "_copy_": ("a", "b"),
+    "process_recorded_modifications": ("ctx", "epilogue_trace"),
 }
 """Parameter names of every patched Thunder function (lightning-thunder 0.2.6), pinned by the tests: the
 replacements are called with the same arguments, and each stand-in takes ``original`` and then these."""
@@ -298,7 +320,11 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
         apply()
         _calls.holds += 1
     results = _ORIG_GENERAL_JIT(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
-    if state.active():  # differentiated compilations see the trace without writes
+    if state.active():  # eager's overlap errors first; differentiated compilations see the trace without writes
+        rebinding.check_stale_reads(results.computation_trace)
+        seeding.refuse_under_autograd(results.computation_trace)
+        rebinding.refuse_under_autograd(results.computation_trace)
+        eager_checks.guard_overlaps(results, args, kwargs)
         results = functionalize.after_acquire(results, args, kwargs)
     return results
 

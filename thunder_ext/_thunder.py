@@ -22,8 +22,12 @@ name                                                  used by          for
 ``thunder.executors.passes._update_fusion_call_ctx``  _patches         patched (fusion call-context cache)
 ``thunder.core.transforms._grad_fn_map``              _patches         gradient rules (corrected entries,
                                                                        :mod:`thunder_ext.grad_fixes`)
-``thunder.torch._copy_``                              opaque_torch     ltorch's in-place write (``copy_`` with
-                                                                       Thunder's dtype conversion)
+``thunder.torch._copy_``                              opaque_torch,    ltorch's in-place write (``copy_`` with
+                                                      _patches         Thunder's dtype conversion); patched
+                                                                       (eager's result-type rule)
+``thunder.core.interpreter._interpret_call``          batch_norm       interprets a function from a lookaside
+``JitCtx._additional_outputs``                        module_state     the interpreter's record of assignments
+                                                                       to Python objects (module attributes)
 ``TraceCtx._siginfo``                                 functionalize    the epilogue's parameters (written:
                                                                        write-backs add parameters)
 ``Symbol._bind_postprocess``                          plugin           the callable an operator runs
@@ -46,6 +50,8 @@ attribute                                   on                   holds
 ==========================================  ===================  ==============================================
 :data:`INPUT_ALIASES`                       ``CompileData``      groups of argument names sharing storage at
                                                                  run time
+:data:`REBOUND`                             ``CompileData``      the in-place metadata changes of the tracing in
+                                                                 progress (rebinding)
 :data:`DCE_FIXPOINT`                        ``TraceCtx``         that DCE of this trace changes nothing
 :data:`RESOLVED`                            ``BoundSymbol``      its operands and effects (per registry
                                                                  generation)
@@ -66,9 +72,9 @@ from typing import Any
 
 __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS", "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "LOOKASIDE_TABLE", "GRAD_TABLE",
-           "LTORCH_COPY", "SIGINFO",
+           "LTORCH_COPY", "INTERPRET_CALL", "ADDITIONAL_OUTPUTS", "SIGINFO",
            "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS", "FLAT_PROXY_ARGS",
-           "REGION_FIELDS", "INPUT_ALIASES", "DCE_FIXPOINT", "RESOLVED", "FUSED", "RUNNER", "RUNNER_CALL",
+           "REGION_FIELDS", "INPUT_ALIASES", "REBOUND", "DCE_FIXPOINT", "RESOLVED", "FUSED", "RUNNER", "RUNNER_CALL",
            "RUNNER_BUILD"]
 
 _MISSING: Any = object()
@@ -143,8 +149,13 @@ LOOKASIDE_TABLE = Private("thunder.core.jit_ext", "_general_jit_lookaside_map", 
                           "the interpreter's lookasides; new entries for torch functions without a symbol")
 GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE, ("_patches",),
                      "symbol id -> gradient rule; entries replaced for rules Thunder gets wrong (grad_fixes)")
-LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch",),
-                      "ltorch's in-place write: Thunder's own in-place ops are copy_(self, functional(self, ...))")
+LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch", "_patches"),
+                      "ltorch's in-place write: Thunder's own in-place ops are copy_(self, functional(self, ...)); "
+                      "patched to check eager's result-type rule (eager_checks)")
+INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE, ("batch_norm",),
+                         "interprets a function from a lookaside (a module forward replaced for some configurations)")
+ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs", Kind.FIELD, ("module_state",),
+                             "the interpreter's record of assignments to Python objects (module attributes)")
 SIGINFO = Private("thunder.core.trace.TraceCtx", "_siginfo", Kind.FIELD, ("functionalize",),
                   "a trace's signature; autograd write-backs add epilogue parameters")
 UPDATE_FUSION_CALL_CTX = Private("thunder.executors.passes", "_update_fusion_call_ctx", Kind.MODULE, ("_patches",),
@@ -167,7 +178,7 @@ REGION_FIELDS = tuple(
 
 PRIVATE_NAMES: tuple[Private, ...] = (
     TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, LOOKASIDE_TABLE, GRAD_TABLE, LTORCH_COPY,
-    SIGINFO, UPDATE_FUSION_CALL_CTX,
+    INTERPRET_CALL, ADDITIONAL_OUTPUTS, SIGINFO, UPDATE_FUSION_CALL_CTX,
     BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS, *REGION_FIELDS,
 )
 """Every private Thunder name thunder_ext reads or writes (see the module docstring)."""
@@ -175,6 +186,8 @@ PRIVATE_NAMES: tuple[Private, ...] = (
 # --- attributes attached ------------------------------------------------------------------------------------
 INPUT_ALIASES = Stash("_thunder_effects_input_aliases", "thunder.common.CompileData",
                       "groups of argument names that share storage at run time (state.record_input_aliases)")
+REBOUND = Stash("_thunder_effects_rebound", "thunder.common.CompileData",
+                "in-place metadata changes of the tracing in progress: proxies rebound (rebinding)")
 DCE_FIXPOINT = Stash("_thunder_effects_dce_fixpoint", "thunder.core.trace.TraceCtx",
                      "a trace DCE returned unchanged: the next DCE of it returns it as it is (pipeline)")
 RESOLVED = Stash("_thunder_effects_resolved", "thunder.core.symbol.BoundSymbol",
@@ -188,5 +201,5 @@ RUNNER_CALL = Stash("call_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRu
 RUNNER_BUILD = Stash("build_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                      "the runner's graph build, bound on that runner: warm-up on clones of written inputs")
 
-STASHES: tuple[Stash, ...] = (INPUT_ALIASES, DCE_FIXPOINT, RESOLVED, FUSED, RUNNER, RUNNER_CALL, RUNNER_BUILD)
+STASHES: tuple[Stash, ...] = (INPUT_ALIASES, REBOUND, DCE_FIXPOINT, RESOLVED, FUSED, RUNNER, RUNNER_CALL, RUNNER_BUILD)
 """Every attribute thunder_ext attaches to Thunder objects (see the module docstring)."""

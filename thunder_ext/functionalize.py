@@ -639,11 +639,10 @@ def _leaf_paths(value: Any, path: tuple[Any, ...] = ()) -> Iterable[tuple[tuple[
         yield path, value
 
 
-def argument_alias_groups(prologue: TraceCtx, computation: TraceCtx, args: Sequence[Any],
-                          kwargs: Mapping[str, Any]) -> tuple[frozenset[str], ...]:
-    """The computation's arguments that share storage in this call, by name — the grouping of Thunder's
-    ``alias_tensor_indices`` (part of the cache key), placed exactly: each computation argument is traced back
-    through the prologue's ``unpack_getitem`` chain to its place in the call's ``(args, kwargs)``."""
+def argument_tensors(prologue: TraceCtx, computation: TraceCtx, args: Sequence[Any],
+                     kwargs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The call's strided tensors by the name of the computation argument they become: each computation argument
+    is traced back through the prologue's ``unpack_getitem`` chain to its place in the call's ``(args, kwargs)``."""
     paths: dict[str, tuple[Any, ...]] = {}
     for bsym in prologue.bound_symbols:
         if bsym.sym.id is PrimIDs.UNPACK_TRIVIAL and bsym.output is not None:
@@ -654,17 +653,42 @@ def argument_alias_groups(prologue: TraceCtx, computation: TraceCtx, args: Seque
             container, key = bsym.args[0], bsym.args[1]
             if getattr(container, "name", None) in paths and isinstance(bsym.output, Proxy):
                 paths[bsym.output.name] = (*paths[container.name], key)
-    storage: dict[tuple[Any, ...], int] = {}
+    tensors: dict[tuple[Any, ...], torch.Tensor] = {}
     for path, leaf in _leaf_paths((tuple(args), dict(kwargs))):
         if type(leaf) is torch.Tensor and leaf.layout is torch.strided:
-            storage[path] = leaf.untyped_storage().data_ptr()
+            tensors[path] = leaf
     pro_to_comp = prologue.bound_symbols[-1].args[0][0]
-    groups: dict[int, set[str]] = {}
+    found: dict[str, torch.Tensor] = {}
     for comp_arg, pro_arg in zip(computation.args, pro_to_comp):
-        ptr = storage.get(paths.get(getattr(pro_arg, "name", None), ()))
-        if ptr is not None and isinstance(comp_arg, Proxy):
-            groups.setdefault(ptr, set()).add(comp_arg.name)
+        tensor = tensors.get(paths.get(getattr(pro_arg, "name", None), ()))
+        if tensor is not None and isinstance(comp_arg, Proxy):
+            found[comp_arg.name] = tensor
+    return found
+
+
+def argument_alias_groups(prologue: TraceCtx, computation: TraceCtx, args: Sequence[Any],
+                          kwargs: Mapping[str, Any]) -> tuple[frozenset[str], ...]:
+    """The computation's arguments that share storage in this call, by name — the grouping of Thunder's
+    ``alias_tensor_indices`` (part of the cache key), placed exactly (:func:`argument_tensors`)."""
+    return alias_groups_of(argument_tensors(prologue, computation, args, kwargs))
+
+
+def alias_groups_of(tensors: Mapping[str, torch.Tensor]) -> tuple[frozenset[str], ...]:
+    """The names of ``tensors`` grouped by storage, groups of two or more."""
+    groups: dict[int, set[str]] = {}
+    for name, tensor in tensors.items():
+        groups.setdefault(tensor.untyped_storage().data_ptr(), set()).add(name)
     return tuple(frozenset(g) for g in groups.values() if len(g) > 1)
+
+
+def differentiated(computation: TraceCtx) -> bool:
+    """Whether the compilation in progress will differentiate ``computation`` (an argument requires grad)."""
+    from thunder.core.compile_data import get_compile_data
+
+    cd = get_compile_data()
+    if cd is None or cd.disable_torch_autograd_support or not cd.is_grad_enabled:
+        return False  # no backward will be built (inference under torch.no_grad(), or autograd disabled)
+    return any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args)
 
 
 def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -676,9 +700,7 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
 
     cd = get_compile_data()
     computation = results.computation_trace
-    if cd is None or cd.disable_torch_autograd_support or not cd.is_grad_enabled:
-        return results  # no backward will be built (inference under torch.no_grad(), or autograd disabled)
-    if not any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args):
+    if not differentiated(computation):
         return results
     input_aliases = argument_alias_groups(results.prologue_trace, computation, args, kwargs)
     new, writebacks = functionalize_for_grad(computation, grad_enabled=bool(cd.is_grad_enabled),

@@ -45,7 +45,7 @@ import thunder.extend as extend
 import thunder.torch as ltorch
 from thunder.core.devices import to_device, to_torch_device
 from thunder.core.dtypes import to_dtype, to_torch_dtype
-from thunder.core.proxies import NumberProxy, TensorProxy
+from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
 from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import interpreter_needs_wrap
 from thunder.core.jit_ext import ensure_recursive_proxies
@@ -55,7 +55,8 @@ from ._thunder import LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
 from .plugin import OperatorExecutor
 
 __all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "supported", "operator_for", "derived_methods",
-           "DERIVED_FUNCTIONS", "FUNCTIONAL_TWINS", "METADATA_METHODS",
+           "opaque_method", "DERIVED_FUNCTIONS", "FUNCTIONAL_TWINS", "METADATA_METHODS", "AUTOGRAD_STATE", "RANDOM_FILLS", "native_lookaside", "inplace_name", "register_opaque",
+           "INPLACE_OPERATORS",
            "executors_with", "lookasides", "methods"]
 
 EXECUTOR_NAME = "thunder_effects_opaque_torch"
@@ -63,11 +64,6 @@ EXECUTOR_NAME = "thunder_effects_opaque_torch"
 executor = OperatorExecutor(EXECUTOR_NAME)
 """Owns the per-overload operators and the dispatchers; registered with Thunder under :data:`EXECUTOR_NAME`."""
 extend.register_executor(executor)
-
-_METHODS = ("uniform_", "normal_", "bernoulli_", "random_", "cauchy_", "log_normal_", "geometric_",
-            "exponential_")
-"""``Tensor`` methods made traceable when Thunder's torch language context lacks them."""
-
 
 # --- fake execution ------------------------------------------------------------------------------------------
 def _fake(value: Any) -> Any:
@@ -163,10 +159,25 @@ def _overload(packet: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
 
 # --- in-place methods Thunder lacks, derived from the out-of-place op it has ---------------------------------------
 METADATA_METHODS = frozenset({
-    "as_strided_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swapaxes_", "swapdims_", "detach_", "resize_",
-    "resize_as_", "set_", "requires_grad_", "share_memory_",
+    "as_strided_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swapaxes_", "swapdims_", "resize_", "resize_as_",
+    "set_",
 })
-"""In-place methods that change a tensor's metadata or autograd state, not its values: never derived."""
+"""In-place methods that change a tensor's shape, strides or storage, not (only) its values: never derived; they run
+as opaque torch calls that rebind the traced tensor (:mod:`thunder_ext.rebinding`)."""
+
+RANDOM_FILLS = frozenset({"bernoulli_", "uniform_", "normal_", "random_", "cauchy_", "exponential_", "geometric_",
+                          "log_normal_"})
+"""In-place random fills: ``x.bernoulli_(p)`` is not ``bernoulli(x)`` (which reads ``x`` as probabilities), so they are
+never derived; the ones Thunder lacks run as opaque torch calls."""
+
+AUTOGRAD_STATE = frozenset({"detach_", "requires_grad_", "share_memory_"})
+"""In-place methods that change autograd or sharing state, not values: neither derived nor opaque (Thunder's own
+answer stands)."""
+
+
+def inplace_name(name: str) -> bool:
+    """A public in-place name: ``add_``, not ``__iadd__`` or ``_foreach_add_``."""
+    return name.endswith("_") and not name.endswith("__") and not name.startswith("_")
 
 
 def _derived(name: str, functional: Callable[..., Any]) -> Callable[..., Any]:
@@ -196,11 +207,12 @@ FUNCTIONAL_TWINS: dict[str, Callable[..., Any]] = {"fill_": _fill}
 def derived_methods() -> dict[str, Callable[..., Any]]:
     """``Tensor.X_`` methods Thunder lacks, for every ``X`` it has (and :data:`FUNCTIONAL_TWINS`): traced as
     ``copy_(self, X(self, ...))`` — exactly how Thunder defines its own in-place ops (``relu_``, ``add_``), so
-    they are differentiable, fusible and their effects are the ``copy_``'s. Metadata mutations are excluded."""
+    they are differentiable, fusible and their effects are the ``copy_``'s. Metadata mutations, autograd state and
+    random fills are excluded."""
     found = {}
     methods_known = METHOD_TABLE.get()
     for name in dir(torch.Tensor):
-        if not name.endswith("_") or name.endswith("__") or name.startswith("_") or name in METADATA_METHODS:
+        if not inplace_name(name) or name in METADATA_METHODS or name in AUTOGRAD_STATE or name in RANDOM_FILLS:
             continue
         if name in methods_known:
             continue
@@ -243,28 +255,78 @@ def _dispatcher(name: str, packet: Any) -> Callable[..., Any]:
     return dispatch
 
 
-def _register(torch_fn: Callable[..., Any], packet: Any, *, method: str | None = None) -> OpaqueTorchOp:
+def register_opaque(torch_fn: Callable[..., Any], packet: Any, *, method: str | None = None) -> OpaqueTorchOp:
+    """``torch_fn`` (the ``Tensor`` method ``method``) as an opaque torch call of ATen's ``packet``: an operator per
+    overload (registered now, with its schema effects) and a dispatcher that picks the overload per call."""
     for overload_name in packet.overloads():
         operator_for(getattr(packet, overload_name))
     name = getattr(torch_fn, "__qualname__", None) or packet.__name__
     return OpaqueTorchOp(torch_fn, packet, _dispatcher(name, packet), method)
 
 
+INPLACE_OPERATORS: dict[str, str] = {
+    "__ior__": "bitwise_or_", "__iand__": "bitwise_and_", "__ixor__": "bitwise_xor_",
+    "__ilshift__": "bitwise_left_shift_", "__irshift__": "bitwise_right_shift_", "__ifloordiv__": "floor_divide_",
+    "__imod__": "remainder_",
+}
+"""Augmented assignments ``TensorProxy`` inherits from ``Proxy`` (which refuses them), and the in-place method eager
+runs for each (``a |= b`` is ``a.bitwise_or_(b)``)."""
+
+
+def _method_call(name: str) -> Callable[..., Any]:
+    """Calls ``Tensor.<name>`` as traced (Thunder's symbol, or this module's derived or opaque method)."""
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return METHOD_TABLE.get()[name](self, *args, **kwargs)
+
+    call.__name__ = call.__qualname__ = f"call_{name}"
+    return call
+
+
+def _inplace_operator(dunder: str, method: str) -> Callable[..., Any]:
+    refused = getattr(Proxy, dunder)
+    call = _method_call(method)
+
+    def operator(a: Any, b: Any) -> Any:
+        return call(a, b) if isinstance(a, TensorProxy) else refused(a, b)
+
+    operator.__name__ = operator.__qualname__ = f"inplace_{dunder.strip('_')}"
+    return operator
+
+
+def _inplace_functions() -> list[str]:
+    """``torch.<name>_`` functions Thunder lacks whose method this module or Thunder traces (``torch.sigmoid_(x)``
+    is ``x.sigmoid_()``)."""
+    mapped = TORCH_FUNCTION_MAP.get()
+    traced = set(METHOD_TABLE.get()) | set(_DERIVED) | {op.method for op in _SUPPORTED}
+    return sorted(name for name in dir(torch) if inplace_name(name) and name in traced
+                  and callable(getattr(torch, name)) and getattr(torch, name) not in mapped)
+
+
+def native_lookaside(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A lookaside that runs ``fn`` natively on proxies, list items proxied first (Thunder's own torch lookaside)."""
+    return ensure_recursive_proxies(interpreter_needs_wrap(fn))
+
+
 def lookasides() -> dict[Callable[..., Any], Callable[..., Any]]:
     """Interpreter lookasides, installed by :mod:`thunder_ext._patches`: each torch function (and each method's
     dispatcher, which the torch language context hands out) runs its dispatcher natively on proxies, list items
     proxied first — exactly how Thunder looks aside to its own torch symbols. The dispatcher records the operator
-    itself (no wrapping symbol), so the trace carries the operator's precise, per-parameter effects."""
+    itself (no wrapping symbol), so the trace carries the operator's precise, per-parameter effects. In-place torch
+    functions and augmented assignments call the in-place method."""
     table = {}
     for op in _SUPPORTED:
-        lookaside = ensure_recursive_proxies(interpreter_needs_wrap(op.dispatch))
+        lookaside = native_lookaside(op.dispatch)
         table[op.torch_fn] = lookaside
         if op.method is not None:
             table[op.dispatch] = lookaside
     for method in _DERIVED.values():
-        table[method] = ensure_recursive_proxies(interpreter_needs_wrap(method))
+        table[method] = native_lookaside(method)
     for torch_fn, fn in DERIVED_FUNCTIONS.items():
-        table[torch_fn] = ensure_recursive_proxies(interpreter_needs_wrap(fn))
+        table[torch_fn] = native_lookaside(fn)
+    for name in _INPLACE_FUNCTIONS:
+        table[getattr(torch, name)] = native_lookaside(_method_call(name))
+    for dunder, method in INPLACE_OPERATORS.items():
+        table[getattr(Proxy, dunder)] = native_lookaside(_inplace_operator(dunder, method))
     return table
 
 
@@ -285,16 +347,30 @@ def _unmapped_foreach() -> Iterator[tuple[Callable[..., Any], Any]]:
                 yield fn, packet
 
 
+def _opaque_method_names() -> list[str]:
+    """Public in-place ``Tensor`` methods Thunder lacks that cannot be derived (random fills, ``fill_diagonal_``,
+    ...) and have an ATen op: they run as opaque torch calls. Metadata, autograd-state and sparse methods excluded."""
+    known = METHOD_TABLE.get()
+    return sorted(name for name in dir(torch.Tensor)
+                  if inplace_name(name) and name not in known and name not in _DERIVED
+                  and name not in METADATA_METHODS and name not in AUTOGRAD_STATE and "sparse" not in name
+                  and hasattr(torch.ops.aten, name))
+
+
 def _register_all() -> tuple[OpaqueTorchOp, ...]:
-    ops = [_register(fn, packet) for fn, packet in _unmapped_foreach()]
-    for name in _METHODS:
-        if name not in METHOD_TABLE.get() and hasattr(torch.ops.aten, name):
-            ops.append(_register(getattr(torch.Tensor, name), getattr(torch.ops.aten, name), method=name))
+    ops = [register_opaque(fn, packet) for fn, packet in _unmapped_foreach()]
+    ops += [opaque_method(name) for name in _opaque_method_names()]
     return tuple(ops)
 
 
-_SUPPORTED = _register_all()
+def opaque_method(name: str) -> OpaqueTorchOp:
+    """``Tensor.<name>`` as an opaque torch call of ``aten.<name>`` (its dispatcher is the method)."""
+    return register_opaque(getattr(torch.Tensor, name), getattr(torch.ops.aten, name), method=name)
+
+
 _DERIVED = derived_methods()
+_SUPPORTED = _register_all()
+_INPLACE_FUNCTIONS = _inplace_functions()
 
 
 def supported() -> tuple[OpaqueTorchOp, ...]:

@@ -10,7 +10,8 @@ decision is made on the trace adapted to a neutral program (:mod:`thunder_ext.ad
   executors, nvFuser and the CUDA graph transform: :func:`effects.partition` groups fusible bound symbols with the
   compile option ``fusion_type`` as strategy, so effect edges (RAW, WAR, WAW, resource order, return) constrain
   the grouping and the order, not only data edges. Regions bound for ``torch.compile`` are split around its bugs
-  (:mod:`thunder_ext.inductor_guard`).
+  (:mod:`thunder_ext.inductor_guard`) and before reads of low-precision storage they wrote
+  (:mod:`thunder_ext.rounding`).
 * :func:`dce` replaces ``transform_common.dce``: a bound symbol stays if the effect graph keeps it
   (:func:`effects.live_instructions`: it writes visible storage — also from inside a fused region, whose effects
   are its members' — has a resource effect, is opaque, or feeds something that stays through
@@ -49,7 +50,7 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 from thunder.executors.data_dependent_partition import Node
 
-from . import collectives, inductor_guard
+from . import collectives, inductor_guard, rounding
 from ._thunder import DCE_FIXPOINT
 from ._thunder_fast import DontDce, dedup_number_proxies, proxy_arg_names, proxy_outs
 from .adapter import AdaptedTrace, adapt
@@ -89,6 +90,7 @@ def _fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool])
     members: list[tuple[int, ...]] = [region.members for region in parts.regions]
     if inductor_guard.compiles_with_inductor(merge_func):
         members = inductor_guard.split_regions(adapted, graph, members)
+        members = rounding.split_rounded_reads(adapted, graph, members)
     groups = [[b] for b in adapted.prefix]
     groups += [[adapted.bsyms[m] for m in region] for region in members]
     if adapted.return_bsym is not None:

@@ -25,6 +25,8 @@ EXPECTED_PRIVATE_NAMES = (
     "thunder.core.jit_ext._general_jit_lookaside_map",
     "thunder.core.transforms._grad_fn_map",
     "thunder.torch._copy_",
+    "thunder.core.interpreter._interpret_call",
+    "thunder.core.jit_ext.JitCtx._additional_outputs",
     "thunder.core.trace.TraceCtx._siginfo",
     "thunder.executors.passes._update_fusion_call_ctx",
     "thunder.core.symbol.Symbol._bind_postprocess",
@@ -40,6 +42,7 @@ EXPECTED_PRIVATE_NAMES = (
 
 EXPECTED_STASHES = (
     "thunder.common.CompileData._thunder_effects_input_aliases",
+    "thunder.common.CompileData._thunder_effects_rebound",
     "thunder.core.trace.TraceCtx._thunder_effects_dce_fixpoint",
     "thunder.core.symbol.BoundSymbol._thunder_effects_resolved",
     "thunder.core.symbol.BoundSymbol._thunder_effects_fused",

@@ -1,0 +1,156 @@
+"""Calls that Thunder's own torch symbols refuse, run anyway: ``out=`` variants and ATen overloads the symbol lacks.
+
+Thunder maps ``torch.add`` to ``ltorch.add``, whose signature has no ``out``: ``torch.add(a, b, out=c)`` fails to
+trace ("unexpected keyword argument 'out'"), and so does every other ``out=`` call. Likewise a symbol may lack a
+parameter of the ATen overload eager picks (``x.index_add_(0, i, s, alpha=2)``). Neither needs a symbol of its own:
+
+* ``F(*args, out=o)`` of a torch function Thunder maps is **derived**: ``F(*args)`` (Thunder's symbol) and then
+  ``copy_(o, result)`` per output through ``thunder.torch._copy_`` — exactly ATen's definition of an ``out=``
+  variant, so it differentiates and fuses like Thunder's own in-place ops and gets eager's result-type check
+  (:mod:`thunder_ext.eager_checks`). The call returns ``o``'s new value, as eager returns ``o``. An ``o`` of another
+  shape would be resized by eager (a metadata change of the caller's tensor, deprecated when ``o`` is not empty):
+  :class:`OutShapeError` says so and how to avoid it.
+* an **in-place method** call Thunder's symbol cannot bind runs as an opaque torch call of the ATen overload
+  (:mod:`thunder_ext.opaque_torch`, schema effects): the method-table entry of each of Thunder's in-place methods
+  binds the call against the symbol's signature first and uses the symbol whenever it binds.
+
+Entries replace Thunder's (interpreter lookasides of the torch functions, method-table entries of the in-place
+methods) while the patches are held (:mod:`thunder_ext._patches`); calls Thunder accepts take Thunder's path
+unchanged. Cost: one signature bind per such call, at trace time.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from thunder.core.interpreter import unwrap
+from thunder.core.jit_ext import record_source_loc_in_symbol_header
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import Symbol
+
+from ._thunder import LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
+from .keys import python_signature
+from .opaque_torch import OpaqueTorchOp, inplace_name, native_lookaside, register_opaque
+
+__all__ = ["OutShapeError", "accepts", "write_out", "out_functions", "lookasides", "methods"]
+
+
+class OutShapeError(NotImplementedError):
+    """An ``out=`` tensor whose shape is not the result's: eager would resize it in place."""
+
+
+def accepts(sym: Symbol, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether Thunder's symbol ``sym`` binds the call (no signature: assume it does)."""
+    signature = python_signature(sym)
+    if signature is None:
+        return True
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError:
+        return False
+    return True
+
+
+def write_out(label: str, out: Any, result: Any) -> Any:
+    """``copy_`` of each result into its ``out`` tensor (``thunder.torch._copy_``: eager's result-type rule);
+    returns the written values, shaped like ``out``.
+
+    Raises:
+        OutShapeError: an ``out`` tensor of another shape (or number) than its result.
+    """
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    results = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+    if len(outs) != len(results) or any(
+            not isinstance(o, TensorProxy) or tuple(o.shape) != tuple(r.shape) for o, r in zip(outs, results)):
+        shapes = [tuple(o.shape) if isinstance(o, TensorProxy) else type(o).__name__ for o in outs]
+        raise OutShapeError(
+            f"{label}(..., out=...): out has shape {shapes[0] if len(shapes) == 1 else shapes}, the result "
+            f"{[tuple(r.shape) for r in results] if len(results) > 1 else tuple(results[0].shape)}; eager would "
+            "resize out in place, which a traced program cannot do. Pass an out tensor of the result's shape, or "
+            "use the returned value instead of out=."
+        )
+    copy = LTORCH_COPY.get()
+    written = tuple(copy(o, r) for o, r in zip(outs, results))
+    return written if isinstance(out, (tuple, list)) else written[0]
+
+
+def _derived_out(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*args: Any, out: Any, **kwargs: Any) -> Any:
+        return write_out(label, out, fn(*args, **kwargs))
+
+    call.__name__ = call.__qualname__ = f"out_{label.rsplit('.', 1)[-1]}"
+    return call
+
+
+def _out_aware(original: Callable[..., Any], label: str, sym: Callable[..., Any]) -> Callable[..., Any]:
+    """The lookaside of a torch function: Thunder's (``original``) unless the call passes ``out``."""
+    derived = native_lookaside(record_source_loc_in_symbol_header(_derived_out(label, sym)))
+
+    def lookaside(*args: Any, **kwargs: Any) -> Any:
+        if unwrap(kwargs.get("out")) is None:
+            return original(*args, **kwargs)
+        return derived(*args, **kwargs)
+
+    return lookaside
+
+
+def out_functions() -> dict[Callable[..., Any], Callable[..., Any]]:
+    """The torch functions Thunder maps (to a symbol, or a wrapper choosing one) whose ATen op has an ``out=``
+    overload."""
+    found = {}
+    for fn, sym in TORCH_FUNCTION_MAP.get().items():
+        name = getattr(fn, "__name__", None)
+        if not isinstance(name, str) or getattr(torch, name, None) is not fn:
+            continue
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is None:
+            continue
+        if any(arg.name == "out" for o in packet.overloads() for arg in getattr(packet, o)._schema.arguments):
+            found[fn] = sym
+    return found
+
+
+def lookasides(current: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """Interpreter lookasides (:mod:`thunder_ext._patches`): each torch function of :func:`out_functions`, with
+    Thunder's entry (from ``current``, the lookaside table) behind it; and each in-place method's binding check."""
+    table: dict[Any, Callable[..., Any]] = {}
+    for fn, sym in out_functions().items():
+        if fn in current:
+            table[fn] = _out_aware(current[fn], f"torch.{fn.__name__}", sym)
+    for name, method in _METHODS.items():
+        table[method] = native_lookaside(record_source_loc_in_symbol_header(method))
+    return table
+
+
+# --- in-place methods whose symbol refuses a call -------------------------------------------------------------------
+def _checked_method(sym: Symbol, op: OpaqueTorchOp) -> Callable[..., Any]:
+    @functools.wraps(op.dispatch)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if accepts(sym, (self, *args), kwargs):
+            return sym(self, *args, **kwargs)
+        return op.dispatch(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = f"checked_{op.method}"
+    return method
+
+
+def _inplace_methods() -> dict[str, Callable[..., Any]]:
+    found = {}
+    for name, sym in METHOD_TABLE.get().items():
+        if inplace_name(name) and isinstance(sym, Symbol) and hasattr(torch.ops.aten, name):
+            found[name] = _checked_method(sym, register_opaque(getattr(torch.Tensor, name),
+                                                               getattr(torch.ops.aten, name), method=name))
+    return found
+
+
+_METHODS = _inplace_methods()
+
+
+def methods() -> dict[str, tuple[Symbol, Callable[..., Any]]]:
+    """``Tensor`` method name -> (Thunder's symbol, the checking method that replaces it in the method table)."""
+    table = METHOD_TABLE.get()
+    return {name: (table[name], method) for name, method in _METHODS.items()}
