@@ -54,7 +54,7 @@ class ExecutorReport:
 
     >>> from thunder_ext import OperatorExecutor
     >>> ex = OperatorExecutor("executor_report_doc", registry=Registry())
-    >>> op = ex.register_operator("double_", meta=lambda a: a, fn=lambda a: a.mul_(2), read_writes=["a"],
+    >>> op = ex.register_operator("report_doc_double_", meta=lambda a: a, fn=lambda a: a.mul_(2), read_writes=["a"],
     ...                           aliases=[(0, "a")])
     >>> report = check_executor(ex, {op: [(torch.ones(3),)]}, registry=ex.registry)
     >>> report.ok, report.unchecked, report.undeclared
@@ -137,10 +137,10 @@ def check_executor(
 
     >>> from thunder_ext import OperatorExecutor
     >>> ex = OperatorExecutor("check_executor_doc", registry=Registry())
-    >>> op = ex.register_operator("double_", meta=lambda a: a, fn=lambda a: a.mul_(2), reads=["a"])  # a lie
-    >>> print(check_executor(ex, {"double_": [(torch.ones(3),)]}, registry=ex.registry))
+    >>> op = ex.register_operator("lying_double_", meta=lambda a: a, fn=lambda a: a.mul_(2), reads=["a"])
+    >>> print(check_executor(ex, {"lying_double_": [(torch.ones(3),)]}, registry=ex.registry))
     executor 'check_executor_doc': 1 op(s) checked, 1 with contradictions
-    double_: 2 contradiction(s) in 1 sample(s)
+    lying_double_: 2 contradiction(s) in 1 sample(s)
       declared: read(0:a)
       observed: read-write(0:a), out0 aliases 0
     ...
@@ -195,12 +195,12 @@ class CheckEffects(Transform):
 
     >>> import thunder_ext
     >>> ex = thunder_ext.OperatorExecutor("check_effects_doc", registry=Registry())
-    >>> lying = ex.register_operator("double_", meta=lambda a: a, fn=lambda a: a.mul_(2), reads=["a"])
+    >>> lying = ex.register_operator("checked_double_", meta=lambda a: a, fn=lambda a: a.mul_(2), reads=["a"])
     >>> jfn = thunder_ext.jit(lambda a: lying(a), executors=[ex], transforms=[CheckEffects(ex.registry)])
     >>> jfn(torch.ones(3))
     Traceback (most recent call last):
     ...
-    effects.errors.EffectCheckError: double_ (executor 'check_effects_doc'): 2 contradiction(s) in 1 sample(s)
+    effects.errors.EffectCheckError: checked_double_ (executor 'check_effects_doc'): 2 contradiction(s) in 1 sample(s)
     ...
     """
 

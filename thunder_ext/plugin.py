@@ -35,7 +35,7 @@ declarations :class:`effects.InvalidDeclaration` (a ``ValueError``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,10 +139,10 @@ class Declared:
     :meth:`undo` (or leaving a ``with`` block) removes every registration it made.
 
     >>> ex = OperatorExecutor("declared_doc", registry=Registry())
-    >>> op = ex.register_operator("scale_", meta=lambda a, s: a, fn=lambda a, s: a.mul_(s))
+    >>> op = ex.register_operator("declared_doc_scale_", meta=lambda a, s: a, fn=lambda a, s: a.mul_(s))
     >>> with declare_effects(ex, op, read_writes=["a"], aliases=[(0, "a")], registry=ex.registry) as declared:
     ...     print(declared.symbol, "|", declared.effects)
-    scale_ | read-write(0:a), out0 aliases 0
+    declared_doc_scale_ | read-write(0:a), out0 aliases 0
     """
 
     executor: str
@@ -167,7 +167,7 @@ def runtime_fn(sym: Symbol) -> Callable[..., Any] | None:
     """The Python callable Thunder calls for an operator symbol: its ``fn`` (call context) or ``module.name``.
 
     >>> ex = OperatorExecutor("runtime_fn_doc", registry=Registry())
-    >>> runtime_fn(ex.register_operator("neg", meta=lambda a: a, fn=torch.neg)) is torch.neg
+    >>> runtime_fn(ex.register_operator("runtime_fn_doc_neg", meta=lambda a: a, fn=torch.neg)) is torch.neg
     True
     """
     if not isinstance(sym, Symbol):
@@ -205,7 +205,7 @@ def effects_for(
         InvalidArgumentError: an operand list given as one string or scalar, a resource that is not a Resource.
         InvalidDeclaration: a bad operand, or schema parameters that do not match the signature.
     """
-    if spec is None and not any(lists.values()):
+    if spec is None and all(isinstance(value, Sized) and len(value) == 0 for value in lists.values()):
         if fn is None or derive(fn) is None:
             return None
         spec = fn
@@ -216,8 +216,8 @@ def operator_of(executor: extend.Executor, symbol_or_name: Symbol | Hashable) ->
     """``executor``'s operator named ``symbol_or_name``, or ``symbol_or_name`` itself (a symbol or symbol id).
 
     >>> ex = OperatorExecutor("operator_of_doc", registry=Registry())
-    >>> op = ex.register_operator("neg", meta=lambda a: a, fn=torch.neg)
-    >>> operator_of(ex, "neg") is op, operator_of(ex, "other")
+    >>> op = ex.register_operator("operator_of_doc_neg", meta=lambda a: a, fn=torch.neg)
+    >>> operator_of(ex, "operator_of_doc_neg") is op, operator_of(ex, "other")
     (True, 'other')
     """
     _check_executor(executor, "operator_of")
@@ -277,8 +277,8 @@ def declare_effects(
 
     >>> from thunder.extend import OperatorExecutor as ThunderExecutor
     >>> ex = ThunderExecutor("doc_example")
-    >>> op = ex.register_operator("scale_", meta=lambda a, b: a, fn=lambda a, b: a.mul_(b))
-    >>> with declare_effects(ex, "scale_", read_writes=["a"], aliases=[(0, "a")], registry=Registry()) as d:
+    >>> op = ex.register_operator("declare_doc_scale_", meta=lambda a, b: a, fn=lambda a, b: a.mul_(b))
+    >>> with declare_effects(ex, "declare_doc_scale_", read_writes=["a"], aliases=[(0, "a")], registry=Registry()) as d:
     ...     print(d.effects)
     read-write(0:a), out0 aliases 0
 
@@ -344,8 +344,8 @@ def register_operator(
 
     >>> ex = extend.OperatorExecutor("register_operator_doc")
     >>> reg = Registry()
-    >>> op = register_operator(ex, "fill_ones_", meta=lambda a: a, fn=lambda a: a.fill_(1.0),
-    ...                        effects="fill_ones_(Tensor(a!) a) -> Tensor(a)", registry=reg)
+    >>> op = register_operator(ex, "doc_fill_ones_", meta=lambda a: a, fn=lambda a: a.fill_(1.0),
+    ...                        effects="doc_fill_ones_(Tensor(a!) a) -> Tensor(a)", registry=reg)
     >>> print(reg.lookup(impl_key(op, ex)))
     read-write(0:a), out0 aliases 0
 
@@ -387,7 +387,7 @@ def register_implementation(
     >>> import thunder.torch as ltorch
     >>> ex = extend.OperatorExecutor("register_implementation_doc")
     >>> reg = Registry()
-    >>> my_neg = ex.register_operator("my_neg", meta=lambda a: a, fn=torch.neg)
+    >>> my_neg = ex.register_operator("doc_my_neg", meta=lambda a: a, fn=torch.neg)
     >>> print(register_implementation(ex, ltorch.neg, my_neg, reads=[0], registry=reg).effects)
     read(0:a)
 
@@ -428,7 +428,7 @@ class OperatorExecutor(extend.OperatorExecutor):
     the process-wide one).
 
     >>> ex = OperatorExecutor("operator_executor_doc", registry=Registry())
-    >>> op = ex.register_operator("copy_into", meta=lambda src, dst: dst, fn=lambda src, dst: dst.copy_(src),
+    >>> op = ex.register_operator("doc_copy_into", meta=lambda src, dst: dst, fn=lambda src, dst: dst.copy_(src),
     ...                           reads=["src"], writes=["dst"], aliases=[(0, "dst")])
     >>> print(ex.registry.lookup(impl_key(op, ex)))
     read(0:src), write(1:dst), out0 aliases 1
