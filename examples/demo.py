@@ -63,7 +63,8 @@ RTOL, ATOL = 1e-4, 1e-5
 
 COLUMNS = """\
 part 1 (correctness matrix):
-  scenario         the program and the Thunder options it is compiled with
+  scenario         the program (examples/demo.py: SCENARIOS)
+  options          the Thunder options it is compiled with (the same for both compilers)
   thunder.jit      stock Thunder, same options
   thunder_ext.jit  this project's drop-in for thunder.jit, same options
   cell             ok: two calls match eager (returned tensors, arguments after the call, and for training steps
@@ -71,6 +72,7 @@ part 1 (correctness matrix):
                    WRONG (max |diff| d): the largest absolute difference from eager over all of those;
                    error: the exception compiling or calling raised; skipped: the scenario needs CUDA
 part 2 (models):
+  compiler         eager PyTorch, torch.compile, stock thunder.jit, thunder_ext.jit
   vs eager         ok / WRONG, the same comparison on the model's outputs and all mutated state
   first call       tracing + compilation + the first run, wall time
   per call         median of --runs timed calls after warm-up calls
@@ -270,7 +272,7 @@ def matrix_table(cells: dict[str, dict[str, Cell]]) -> str:
 
 
 def _fixed_width(headers: tuple[str, ...], rows: list[tuple[str, ...]], left: int | None = None) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
     left = len(headers) if left is None else left
     fmt = "  ".join(f"{{:<{w}}}" if i < left else f"{{:>{w}}}" for i, w in enumerate(widths))
     lines = [fmt.format(*headers), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in rows)]
