@@ -77,13 +77,20 @@ def time_call(fn: Callable[..., Any], args: Sequence[Any], device: torch.device 
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """Median of ``runs`` timed calls after ``warmup`` untimed ones; ``spread`` is (min, max)."""
+    """Median of ``runs`` timed calls after ``warmup`` untimed ones, with the extremes and the quartiles."""
 
     median_s: float
     min_s: float
     max_s: float
     runs: int
     warmup: int
+    q1_s: float
+    q3_s: float
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range over the median: 0.1 means the middle half of the calls lie within 10%."""
+        return (self.q3_s - self.q1_s) / self.median_s if self.median_s > 0 else 0.0
 
 
 def median_time(
@@ -104,7 +111,8 @@ def median_time(
         samples.append(time_call(fn, args, device)[1])
         if max_seconds is not None and len(samples) >= 3 and time.perf_counter() - budget_start > max_seconds:
             break
-    return Timing(statistics.median(samples), min(samples), max(samples), len(samples), warmup)
+    q1, _, q3 = statistics.quantiles(samples, n=4) if len(samples) > 1 else (samples[0],) * 3
+    return Timing(statistics.median(samples), min(samples), max(samples), len(samples), warmup, q1, q3)
 
 
 @dataclass(frozen=True, slots=True)

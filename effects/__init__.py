@@ -36,6 +36,7 @@ from .errors import (
     EffectCheckError,
     EffectError,
     FunctionalizationError,
+    InvalidArgumentError,
     InvalidDeclaration,
     MissingOutputError,
     NonTensorWriteError,
@@ -94,7 +95,8 @@ __all__ = [
     "functionalize", "Functionalized", "Rules", "reinplace", "InplaceRules", "ReinplaceReport", "ValueMeta",
     "Unview", "Layout",
     # errors
-    "EffectError", "InvalidDeclaration", "UnknownOperandError", "OperandOutOfRangeError", "NonTensorWriteError",
+    "EffectError", "InvalidArgumentError", "InvalidDeclaration", "UnknownOperandError", "OperandOutOfRangeError",
+    "NonTensorWriteError",
     "MissingOutputError", "ConflictingDeclarationError", "UndeclaredOpError", "ProgramError",
     "UndefinedValueError", "DuplicateDefinitionError", "CycleError", "OrderViolation", "EffectCheckError",
     "FunctionalizationError",

@@ -6,6 +6,7 @@ and says how to fix it. Validation never uses bare ``assert`` (``python -O`` str
 Hierarchy::
 
     EffectError
+    ├── InvalidArgumentError          a public function got the wrong kind of argument (also a TypeError)
     ├── InvalidDeclaration            a declaration is malformed
     │   ├── UnknownOperandError       names an operand the op does not have
     │   ├── OperandOutOfRangeError    a position past the op's last operand
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 __all__ = [
     "EffectError",
+    "InvalidArgumentError",
     "InvalidDeclaration",
     "UnknownOperandError",
     "OperandOutOfRangeError",
@@ -45,6 +47,12 @@ __all__ = [
 
 class EffectError(Exception):
     """Base class of every error raised by thunder-effects."""
+
+
+class InvalidArgumentError(EffectError, TypeError):
+    """A public function got the wrong kind of argument (a string where a list of operands belongs, a name where a
+    :class:`~effects.model.Resource` belongs, an object that is not a registry); the message names the argument,
+    shows what it got and says what it expects."""
 
 
 class InvalidDeclaration(EffectError, ValueError):

@@ -189,7 +189,7 @@ def schema_effects(spec: object, *, op: object = "<op>") -> tuple[Effects, Signa
     ``FunctionSchema``, or a torch op that has a schema (anything :func:`derive` accepts).
 
     Raises:
-        InvalidDeclaration: the string does not parse as a schema.
+        InvalidDeclaration: the string does not parse as a schema, or an output's alias set names no parameter.
         TypeError: ``spec`` is none of these.
     """
     import torch
@@ -199,7 +199,23 @@ def schema_effects(spec: object, *, op: object = "<op>") -> tuple[Effects, Signa
             spec = torch._C.parse_schema(spec)
         except RuntimeError as error:
             raise InvalidDeclaration(f"{op}: cannot parse the schema {spec!r}: {error}") from None
+    if isinstance(spec, torch._C.FunctionSchema):
+        _check_return_sets(spec, op)
     found = derive(spec)  # type: ignore[arg-type]
     if found is None:
         raise TypeError(f"{op}: effects must be Effects, a schema, or a mapping of operand lists; got {spec!r}")
     return found
+
+
+def _check_return_sets(schema: object, op: object) -> None:
+    """A written schema's output alias sets must each name a tensor parameter (``-> Tensor(b)`` with no ``(b)``
+    parameter would otherwise drop the alias silently). Torch's own schemas are not checked: ``prim::BailOut`` is
+    the one among them that has such a return."""
+    named = {_annotation(arg)[0] for arg in schema.arguments if _kind(arg.type).is_tensor}  # type: ignore[attr-defined]
+    for j, sets in enumerate(_return_annotations(schema)):
+        if sets and not named.intersection(sets):
+            raise InvalidDeclaration(
+                f"{op}: in the schema {schema}, output {j} is annotated with alias set {'|'.join(sets)!r}, which "
+                "no tensor parameter carries: annotate the parameter it is a view of (Tensor(a) x ... -> Tensor(a)) "
+                "or drop the annotation if the output is a fresh tensor."
+            )

@@ -16,6 +16,11 @@ a ``FunctionSchema`` or a torch op with one    ``make_effects(torch.ops.aten.add
 A spec and operand lists together are unioned. With a :class:`~effects.model.Signature`, names resolve to
 positions, a schema's parameters must be the signature's (in order; trailing ones may be left out), and the
 result is validated (:meth:`~effects.model.Effects.validate`).
+
+Input is checked for its kind before anything is built (:class:`~effects.errors.InvalidArgumentError`, naming the
+keyword): an operand list given as one string (``writes="dst"`` would otherwise iterate its characters) or one
+position, an alias that is not an ``(output, operand[, may])`` tuple, a resource that is not a
+:class:`~effects.model.Resource` (a bare string would never order with :data:`~effects.model.IO` and friends).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .errors import InvalidDeclaration, OperandOutOfRangeError, UnknownOperandError
+from .errors import InvalidArgumentError, InvalidDeclaration, OperandOutOfRangeError, UnknownOperandError
 from .model import Access, Alias, Effects, OperandEffect, Resource, ResourceEffect, Signature
 from .schema import schema_effects
 
@@ -59,6 +64,37 @@ def _schema_part(spec: object, signature: Signature | None, op: object) -> Effec
     return effects
 
 
+_RESOURCE_HELP = ("effects.IO, effects.GLOBAL, effects.rng(device), effects.comm(group), Resource(kind, key), or "
+                  "ResourceEffect(resource, ordered=False)")
+
+
+def _items(keyword: str, value: object, what: str, op: object) -> tuple[Any, ...]:
+    """The items of an operand/alias/resource list, refusing one string or one scalar given in its place."""
+    one_alias = what == "alias" and isinstance(value, tuple) and bool(value) and isinstance(value[0], int)
+    if one_alias or isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise InvalidArgumentError(f"{op}: {keyword}= takes a list of {_PLURAL[what]}, got {value!r}; for one "
+                                   f"{what} write {keyword}=[{value!r}]")
+    return tuple(value)
+
+
+def _check_item(keyword: str, item: object, op: object) -> None:
+    if keyword == "resources" and not isinstance(item, (Resource, ResourceEffect)):
+        raise InvalidArgumentError(f"{op}: resources= takes {_RESOURCE_HELP}; got {item!r}")
+    if keyword == "resources" and isinstance(item, ResourceEffect) and not isinstance(item.resource, Resource):
+        raise InvalidArgumentError(f"{op}: resources=: ResourceEffect({item.resource!r}) names no Resource; use "
+                                   f"{_RESOURCE_HELP}")
+    if keyword == "aliases" and not isinstance(item, Alias) and not (
+        isinstance(item, tuple) and len(item) in (2, 3) and isinstance(item[0], int) and not isinstance(item[0], bool)
+    ):
+        raise InvalidArgumentError(f"{op}: aliases= takes (output, operand) or (output, operand, may) tuples with an "
+                                   f"int output index, or Alias values; got {item!r}")
+
+
+_PLURAL = {"operand": "operands", "alias": "aliases", "resource": "resources"}
+_WHAT = {"reads": "operand", "writes": "operand", "read_writes": "operand", "aliases": "alias",
+         "resources": "resource"}
+
+
 def make_effects(
     spec: EffectSpec = None,
     *,
@@ -80,20 +116,24 @@ def make_effects(
     'read-write(0), out0 aliases 0'
 
     Raises:
+        InvalidArgumentError: a list given as one string or scalar, an alias that is not a tuple, a resource that is
+            not a :class:`Resource`.
         UnknownOperandError: a name without a signature, or one the signature lacks.
         OperandOutOfRangeError, NonTensorWriteError, MissingOutputError: see :meth:`Effects.validate`.
         InvalidDeclaration: a mapping with unknown keys, a schema that does not parse or whose parameters are
             not the signature's.
         TypeError: ``spec`` is none of the spellings.
     """
-    lists = {"reads": tuple(reads), "writes": tuple(writes), "read_writes": tuple(read_writes),
-             "aliases": tuple(aliases), "resources": tuple(resources)}
+    given = {"reads": reads, "writes": writes, "read_writes": read_writes, "aliases": aliases,
+             "resources": resources}
+    lists = {key: _items(key, value, _WHAT[key], op) for key, value in given.items()}
     parts: list[Effects] = []
     if isinstance(spec, Mapping):
         unknown = sorted(set(spec) - set(EFFECT_LISTS))
         if unknown:
             raise InvalidDeclaration(f"{op}: unknown effect list(s) {unknown}; use {list(EFFECT_LISTS)}")
-        lists = {key: (*given, *spec.get(key, ())) for key, given in lists.items()}
+        lists = {key: (*items, *_items(f"effects[{key!r}]", spec.get(key, ()), _WHAT[key], op))
+                 for key, items in lists.items()}
     elif isinstance(spec, Effects):
         parts.append(spec)
     elif spec is not None:
@@ -111,6 +151,9 @@ def make_effects(
             raise OperandOutOfRangeError(f"{op}: operand position must be a non-negative int, got {ref!r}")
         return ref
 
+    for key, items in lists.items():
+        for item in items:
+            _check_item(key, item, op)
     operands = [OperandEffect(pos(r), Access.READ) for r in lists["reads"]]
     operands += [OperandEffect(pos(r), Access.WRITE) for r in lists["writes"]]
     operands += [OperandEffect(pos(r), Access.READ_WRITE) for r in lists["read_writes"]]

@@ -1,8 +1,13 @@
-"""Shared test configuration: hypothesis profiles and an isolated-registry fixture.
+"""Shared test configuration: which tests run by default, Hypothesis profiles, an isolated-registry fixture.
 
-Profiles: ``derandomized`` (the default: the same examples on every run, so the test command never fails because of
-random example choice), and the opt-in random ones ``explore`` (100 fresh examples per test) and ``nightly`` (2000).
-Select with ``HYPOTHESIS_PROFILE=explore``; ``python -m effects.fuzz`` explores at scale.
+**Default run** (the README's ``python -m pytest -q``): fast and deterministic. Tests marked ``slow`` (exhaustive
+sweeps, long fuzz runs, the full example scripts) are deselected unless ``EFFECTS_SLOW=1`` is set (``.ci/run``
+sets it, so CI runs the README's command and still checks everything) or ``-m`` selects by marker explicitly
+(``-m slow``, ``-m cuda``). A new test that takes more than a few seconds on two cores belongs behind ``slow``.
+
+**Hypothesis profiles**, selected with ``HYPOTHESIS_PROFILE``: ``default`` (derandomized: the same examples on
+every run and machine, no example database), ``ci`` (the same under ``CI``), ``explore`` (random examples, for
+finding new bugs locally), ``nightly`` (2,000 examples, random).
 """
 
 from __future__ import annotations
@@ -19,12 +24,16 @@ try:  # declare Thunder's symbols before the leak check snapshots the default re
 except ImportError:  # lightning-thunder not installed: the thunder_ext tests skip themselves
     pass
 
-settings.register_profile("derandomized", max_examples=60, derandomize=True, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("explore", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("nightly", max_examples=2000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
+SLOW = bool(os.environ.get("EFFECTS_SLOW"))
+"""Run the tests marked ``slow`` too (set by ``.ci/run``)."""
+
+_QUIET = [HealthCheck.too_slow]
+settings.register_profile("default", max_examples=60, derandomize=True, database=None, deadline=None,
+                          suppress_health_check=_QUIET)
+settings.register_profile("ci", parent=settings.get_profile("default"))
+settings.register_profile("explore", max_examples=100, deadline=None, suppress_health_check=_QUIET)
+settings.register_profile("nightly", max_examples=2000, deadline=None, suppress_health_check=_QUIET)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
 
 
 @pytest.fixture
@@ -41,8 +50,20 @@ def _default_registry_unchanged():
     assert effects.default_registry().snapshot() == before, "test leaked declarations into default_registry()"
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    if SLOW or config.option.markexpr:
+        return "thunder-effects: slow tests included" if SLOW else "thunder-effects: selection by -m"
+    return "thunder-effects: slow tests deselected (EFFECTS_SLOW=1 runs them)"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip tests marked ``cuda`` when no CUDA device is available (CI), with the reason shown by ``-ra``."""
+    """Deselect ``slow`` tests unless ``EFFECTS_SLOW`` is set or ``-m`` was given; skip ``cuda`` tests without a
+    CUDA device (with the reason shown by ``-ra``)."""
+    if not SLOW and not config.option.markexpr:
+        slow = [item for item in items if item.get_closest_marker("slow") is not None]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if item.get_closest_marker("slow") is None]
     import torch
 
     if torch.cuda.is_available():

@@ -2,7 +2,9 @@
 
 New examples are picked up automatically. An example that imports ``thunder``/``thunder_ext`` is skipped when
 Thunder is not installed. Examples run from the repository root with it on ``PYTHONPATH``, so they work from a
-clean clone with or without ``pip install -e``.
+clean clone with or without ``pip install -e``. The examples that compile many programs with torch.compile
+(:data:`SLOW`, a minute or more on two cores) are ``slow``: CI runs them; the demo's parts are tested in process
+by ``tests/examples/test_demo.py``.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 _USES_THUNDER = re.compile(r"^\s*(?:import|from)\s+(?:thunder|thunder_ext)\b", re.MULTILINE)
 _HAS_THUNDER = importlib.util.find_spec("thunder") is not None
+SLOW = frozenset({"demo.py", "custom_copy_executor.py", "thunder_inplace.py"})
 
 
 def test_there_are_examples() -> None:
     assert any(path.name == "effects_demo.py" for path in EXAMPLES)
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=[path.name for path in EXAMPLES])
+@pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.slow] if p.name in SLOW else [])
+                                  for p in EXAMPLES], ids=[path.name for path in EXAMPLES])
 def test_example_runs(path: Path) -> None:
     if _USES_THUNDER.search(path.read_text()) and not _HAS_THUNDER:
         pytest.skip(f"{path.name} needs thunder (install the `thunder` extra)")

@@ -8,6 +8,10 @@ an undeclared write, alias or RNG use, or a declared write that never happens, i
   (:class:`ExecutorReport`), listing declared operators nobody gave samples for and undeclared (opaque) ones;
 * :class:`CheckEffects` is a debug transform that checks every call of every declared executor op of a jitted
   function on its real arguments (slow: each call is snapshotted).
+
+Input is checked first (:class:`effects.InvalidArgumentError`, naming the argument): ``samples`` must map ops to
+*lists* of samples, so one argument tuple given without its list (which would run each tensor as a sample) is
+refused, as are an executor or a registry of the wrong type.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from effects import (
     OPAQUE,
     CheckReport,
     EffectCheckError,
     Effects,
+    InvalidArgumentError,
     Origin,
     Registry,
     Sample,
@@ -37,14 +43,23 @@ from thunder.core.transform_common import Transform
 
 from ._thunder import CALL_CTX
 from .keys import impl_key, label_of, signature_of
-from .plugin import operator_of, runtime_fn
+from .plugin import _check_executor, _check_registry, operator_of, runtime_fn
 
 __all__ = ["ExecutorReport", "check_executor", "CheckEffects"]
 
 
 @dataclass(frozen=True, slots=True)
 class ExecutorReport:
-    """:func:`check_executor`'s result: one report per op run, and the ops no sample exercised."""
+    """:func:`check_executor`'s result: one report per op run, and the ops no sample exercised.
+
+    >>> from thunder_ext import OperatorExecutor
+    >>> ex = OperatorExecutor("executor_report_doc", registry=Registry())
+    >>> op = ex.register_operator("report_doc_double_", meta=lambda a: a, fn=lambda a: a.mul_(2), read_writes=["a"],
+    ...                           aliases=[(0, "a")])
+    >>> report = check_executor(ex, {op: [(torch.ones(3),)]}, registry=ex.registry)
+    >>> report.ok, report.unchecked, report.undeclared
+    (True, (), ())
+    """
 
     executor: str
     reports: tuple[CheckReport, ...]
@@ -55,6 +70,7 @@ class ExecutorReport:
 
     @property
     def ok(self) -> bool:
+        """No op contradicted its declaration on any sample."""
         return all(r.ok for r in self.reports)
 
     def raise_if_failed(self) -> ExecutorReport:
@@ -88,6 +104,25 @@ def _operator_for(executor: extend.Executor, key: Symbol | Hashable) -> Symbol:
     )
 
 
+def _sample_lists(samples: object) -> list[tuple[Any, list[Any]]]:
+    """``samples``'s items, each value checked to be a list of samples (argument tuples or ``Sample``)."""
+    if not isinstance(samples, Mapping):
+        raise InvalidArgumentError(
+            "check_executor: samples= takes a mapping {operator or its name: [argument tuples]}, got "
+            f"{type(samples).__name__}: {samples!r:.80}"
+        )
+    checked = []
+    for key, given in samples.items():
+        items = list(given) if isinstance(given, Iterable) and not isinstance(given, (str, torch.Tensor)) else None
+        if items is None or not all(isinstance(sample, (Sample, tuple, list)) for sample in items):
+            raise InvalidArgumentError(
+                f"check_executor: samples[{label_of(key)}] takes a list of samples, each a tuple of arguments or an "
+                f"effects.Sample, got {given!r:.80}; for one sample write [(arg0, arg1, ...)]"
+            )
+        checked.append((key, items))
+    return checked
+
+
 def check_executor(
     executor: extend.Executor,
     samples: Mapping[Symbol | Hashable, Iterable[Sample | tuple[Any, ...]]],
@@ -96,12 +131,30 @@ def check_executor(
 ) -> ExecutorReport:
     """Run each of ``executor``'s operators on its samples and compare with its declared effects.
 
-    ``samples`` maps an operator (symbol or name) or a symbol the executor claims to the samples to run (argument
-    tuples or :class:`effects.Sample`). Undeclared operators are checked as opaque, which reports what they do.
+    ``samples`` maps an operator (symbol or name) or a symbol the executor claims to the samples to run (a list of
+    argument tuples or :class:`effects.Sample`). Undeclared operators are checked as opaque, which reports what they
+    do.
+
+    >>> from thunder_ext import OperatorExecutor
+    >>> ex = OperatorExecutor("check_executor_doc", registry=Registry())
+    >>> op = ex.register_operator("lying_double_", meta=lambda a: a, fn=lambda a: a.mul_(2), reads=["a"])
+    >>> print(check_executor(ex, {"lying_double_": [(torch.ones(3),)]}, registry=ex.registry))
+    executor 'check_executor_doc': 1 op(s) checked, 1 with contradictions
+    lying_double_: 2 contradiction(s) in 1 sample(s)
+      declared: read(0:a)
+      observed: read-write(0:a), out0 aliases 0
+    ...
+
+    Raises:
+        InvalidArgumentError: ``executor`` is not an Executor, ``registry`` not a Registry, ``samples`` not a
+            mapping of lists of samples.
+        LookupError: a key of ``samples`` names nothing the executor runs.
     """
+    _check_executor(executor, "check_executor")
+    _check_registry(registry, "check_executor")
     registry = registry if registry is not None else default_registry()
     by_operator: dict[Symbol, list[Sample | tuple[Any, ...]]] = {}
-    for key, given in samples.items():
+    for key, given in _sample_lists(samples):
         by_operator.setdefault(_operator_for(executor, key), []).extend(given)
     reports, unchecked, undeclared = [], [], []
     for sym in executor.opmap.values():
@@ -139,12 +192,24 @@ class CheckEffects(Transform):
     ``thunder_ext.jit(fn, transforms=[CheckEffects()])``. Each call of an operator with a declaration is run
     through :func:`effects.checked_call` on the real arguments (storages are snapshotted around the call, so it
     is slow) and raises :class:`~effects.EffectCheckError` on an undeclared write, alias or RNG use.
+
+    >>> import thunder_ext
+    >>> ex = thunder_ext.OperatorExecutor("check_effects_doc", registry=Registry())
+    >>> lying = ex.register_operator("checked_double_", meta=lambda a: a, fn=lambda a: a.mul_(2), reads=["a"])
+    >>> jfn = thunder_ext.jit(lambda a: lying(a), executors=[ex], transforms=[CheckEffects(ex.registry)])
+    >>> jfn(torch.ones(3))
+    Traceback (most recent call last):
+    ...
+    effects.errors.EffectCheckError: checked_double_ (executor 'check_effects_doc'): 2 contradiction(s) in 1 sample(s)
+    ...
     """
 
     def __init__(self, registry: Registry | None = None) -> None:
+        _check_registry(registry, "CheckEffects")
         self.registry = registry
 
     def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs: Any) -> TraceCtx:
+        """The trace with every declared executor op's call replaced by a checked call (Thunder's hook)."""
         bsyms = [self._checked(bsym) for bsym in computation_trace.bound_symbols]
         if all(new is old for new, old in zip(bsyms, computation_trace.bound_symbols, strict=True)):
             return computation_trace

@@ -455,7 +455,8 @@ def _state(callable_: Any, args: tuple[Any, ...]) -> list[tuple[str, torch.Tenso
     for k, a in enumerate(args):
         if isinstance(a, torch.Tensor):
             found.append((f"arg{k}", a.detach().clone()))
-            found.append((f"arg{k}.grad", None if a.grad is None else a.grad.clone()))
+            grad = a.grad if a.is_leaf else None  # a view argument has no .grad of its own (torch warns)
+            found.append((f"arg{k}.grad", None if grad is None else grad.clone()))
     if isinstance(callable_, nn.Module):
         for name, p in callable_.named_parameters():
             found.append((name, p.detach().clone()))

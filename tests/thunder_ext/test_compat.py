@@ -1,4 +1,6 @@
-"""The Thunder import shim (:mod:`thunder_ext._compat`) must be both still needed and still enough.
+"""The Thunder import shim (:mod:`thunder_ext._compat`) must be both still needed and still enough, and the import
+hook (``_thunder_effects_shim.py``, run at start-up by the installed ``thunder_effects.pth``) must make
+``import thunder`` work first.
 
 Each check runs in a fresh interpreter, because the shim patches ``torch.Tensor`` for the whole process.
 """
@@ -6,8 +8,11 @@ Each check runs in a fresh interpreter, because the shim patches ``torch.Tensor`
 from __future__ import annotations
 
 import importlib.util
+import os
+import site
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,8 +23,13 @@ if importlib.util.find_spec("thunder") is None:
 from thunder_ext import _compat  # noqa: E402  (after the skip: thunder_ext imports thunder)
 
 
-def _run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": path, **env})
 
 
 def test_shim_is_still_needed() -> None:
@@ -33,17 +43,35 @@ def test_shim_is_still_needed() -> None:
 
 
 def test_thunder_fails_to_import_without_the_shim() -> None:
-    bare = _run("import thunder")
+    bare = _run("import thunder", THUNDER_EFFECTS_NO_IMPORT_HOOK="1")
     assert bare.returncode != 0, "thunder imports without the shim: remove thunder_ext/_compat.py"
     assert "AttributeError" in bare.stderr and "Tensor" in bare.stderr, bare.stderr[-2000:]
 
 
-def test_shim_is_enough_to_import_thunder() -> None:
-    shimmed = _run("import thunder_ext, thunder; print(thunder.__version__)")
-    assert shimmed.returncode == 0, (
-        "the shim is no longer enough: `import thunder_ext` fails; extend thunder_ext/_compat.py.\n"
-        + shimmed.stderr[-3000:]
+def test_the_import_hook_alone_lets_thunder_import_first() -> None:
+    """The hook applies the shim without importing thunder_ext, and the package then reuses that module."""
+    code = (
+        "import sys, _thunder_effects_shim as hook\n"
+        "hook.install()\n"
+        "assert 'torch' not in sys.modules, 'the hook must not import torch at start-up'\n"
+        "import thunder\n"
+        "assert 'thunder_ext' not in sys.modules and hook.ShimFinder not in sys.meta_path\n"
+        "import thunder_ext\n"
+        "assert thunder_ext._compat is sys.modules['thunder_ext._compat'] and thunder_ext._compat.installed()\n"
+        "print(thunder.__version__)\n"
     )
+    result = _run(code)
+    assert result.returncode == 0, (
+        "the shim is no longer enough (extend thunder_ext/_compat.py) or the hook is broken:\n"
+        + result.stderr[-3000:]
+    )
+
+
+def test_the_installed_distribution_runs_the_hook() -> None:
+    site_dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    if not any((Path(d) / "thunder_effects.pth").exists() for d in site_dirs):
+        pytest.skip("thunder-effects was installed before it shipped thunder_effects.pth: pip install -e . again")
+    assert _run("import thunder").returncode == 0, "import thunder alone fails although the hook is installed"
 
 
 def test_shim_does_nothing_on_a_torch_that_has_the_methods() -> None:

@@ -8,8 +8,8 @@ Vocabulary: everything except the generator-bound RNG ops (``uniform_``/``normal
 pipeline. ``opaque_axpy_`` stays (Thunder traces into it). Programs stock ``thunder.jit`` rejects with the same
 error (e.g. ``copy_`` broadcasting its source) are discarded (``assume``), not failures.
 
-The test command runs a few derandomized examples per fusion type (torch.compile is slow on 2 cores);
-``benchmarks/fuzz_thunder.py`` runs thousands and prints the counts.
+The default run fuzzes the torch executor (derandomized); the torchcompile runs are ``slow`` (torch.compile takes
+seconds per program on 2 cores; CI runs them); ``benchmarks/fuzz_thunder.py`` runs thousands and prints the counts.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ OPS = tuple(op for op in VOCABULARY if op.kind is not OpKind.RNG)
 CASES = programs(ops=OPS, max_instructions=8, generators=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
 @settings(max_examples=8, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(case=CASES)
