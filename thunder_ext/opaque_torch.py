@@ -96,6 +96,8 @@ def _parameter(arg: Any) -> inspect.Parameter:
 
 def _meta(overload: Any, signature: inspect.Signature) -> Callable[..., Any]:
     def meta(*args: Any, **kwargs: Any) -> Any:
+        if not overload._schema.returns:  # nothing to infer; FakeTensorMode rejects some (CPU `scalars` tensors)
+            return None
         with FakeTensorMode():
             out = overload(*(_fake(a) for a in args), **{k: _fake(v) for k, v in kwargs.items()})
         return _proxy(out)
@@ -341,7 +343,7 @@ def methods() -> dict[str, Callable[..., Any]]:
 def _unmapped_foreach() -> Iterator[tuple[Callable[..., Any], Any]]:
     for name in sorted(dir(torch)):
         fn = getattr(torch, name)
-        if name.startswith("_foreach_") and fn not in TORCH_FUNCTION_MAP.get():
+        if name.startswith(("_foreach_", "_fused_")) and fn not in TORCH_FUNCTION_MAP.get():
             packet = getattr(torch.ops.aten, name, None)
             if packet is not None:
                 yield fn, packet
