@@ -1,7 +1,8 @@
 """Orders of a program's instructions that respect its dependency graph.
 
 * :func:`toposort` — the *stable* topological order: Kahn's algorithm that always runs the ready instruction with
-  the smallest original index, so the original order is kept wherever the edges allow. O((n + e) log n).
+  the smallest original index, so the original order is kept wherever the edges allow; or, given a priority per
+  instruction (a preferred schedule that may break edges), the valid order closest to it. O((n + e) log n).
 * :func:`check_order` / :func:`is_valid_order` — does an order of ``0 .. n-1`` respect every edge? The error names
   the first violated edge (kind, cause, both instructions with their neighbourhood). O(n + e).
 * :func:`random_order` — a random valid order (Kahn picking a uniformly random ready instruction), for
@@ -34,20 +35,33 @@ def _indegrees(graph: DependencyGraph) -> tuple[list[int], list[list[int]]]:
     return indeg, succ
 
 
-def toposort(graph: DependencyGraph) -> tuple[int, ...]:
-    """The stable topological order of the instructions (original order wherever allowed)."""
+def toposort(graph: DependencyGraph, priority: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The stable topological order of the instructions (original order wherever allowed).
+
+    With ``priority`` (one number per instruction), the ready instruction with the smallest priority runs first
+    (ties: the smaller index): the valid order closest to a *preferred* order that may break edges — pass each
+    instruction's position in a schedule another pass chose, and it is kept wherever the edges allow
+    (``priority[i] = position`` gives that schedule back exactly when it is valid).
+
+    Raises:
+        ValueError: ``priority`` does not have one entry per instruction.
+    """
     indeg, succ = _indegrees(graph)
     n = graph.n
-    ready = [v for v in range(n) if indeg[v] == 0]  # already a heap: increasing
+    if priority is not None and len(priority) != n:
+        raise ValueError(f"toposort: priority has {len(priority)} entries but the program has {n} instructions")
+    rank = range(n) if priority is None else priority
+    ready = [(rank[v], v) for v in range(n) if indeg[v] == 0]
+    heapq.heapify(ready)
     order: list[int] = []
     pop, push = heapq.heappop, heapq.heappush
     while ready:
-        v = pop(ready)
+        _, v = pop(ready)
         order.append(v)
         for w in succ[v]:
             indeg[w] -= 1
             if indeg[w] == 0 and w != n:
-                push(ready, w)
+                push(ready, (rank[w], w))
     return tuple(order)
 
 

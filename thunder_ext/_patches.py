@@ -38,6 +38,8 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   ``out=`` calls (:mod:`thunder_ext.overloads`), ``.data =`` and
                                                   metadata methods (:mod:`thunder_ext.rebinding`),
                                                   ``BatchNorm(momentum=None)`` (:mod:`thunder_ext.batch_norm`)
+``distributed.utils.sort_waits``                 :func:`pipeline.sort_waits` (Thunder's wait schedule, kept
+                                                  where the effect graph allows)
 ``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them; Thunder's in-place
                                                   methods check the call binds first (:mod:`thunder_ext.overloads`)
 ``transforms._grad_fn_map[sym_id]``               gradient rules Thunder gets wrong (:mod:`thunder_ext.grad_fixes`)
@@ -79,6 +81,7 @@ import thunder.executors.torch_compile as torch_compile
 import thunder.executors.utils as executor_utils
 import thunder.torch as ltorch
 import thunder.transforms.cudagraph as cudagraph
+import torch.distributed
 
 from thunder.core.compile_data import get_compile_data
 
@@ -135,6 +138,17 @@ def _optional_module(name: str) -> Any | None:
     return sys.modules.get(name)
 
 
+def _distributed_utils() -> Any | None:
+    """``thunder.distributed.utils`` (whose ``sort_waits`` is patched); None without ``torch.distributed``."""
+    if not torch.distributed.is_available():
+        return None
+    import thunder.distributed.utils as dist_utils
+
+    return dist_utils
+
+
+dist_utils = _distributed_utils()
+
 _TABLES: dict[str, dict[Any, Any]] = {table.where: table.get()
                                       for table in (LOOKASIDE_TABLE, METHOD_TABLE, GRAD_TABLE)}
 
@@ -169,6 +183,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
                                           effect_cudagraph.transform_trace_post_optimization),
     LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, module_state.write_back_module_state),
+    **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),
 }
 """Thunder function (by name) -> (the original, its stand-in). Each stand-in takes the original first, then the
 original's parameters; :func:`guarded` makes the replacement."""
@@ -212,6 +227,8 @@ def _build_patches() -> tuple[Patch, ...]:
     table += [Patch(method_table, name, sym, checked) for name, (sym, checked) in overloads.methods().items()]
     grad_map = GRAD_TABLE.get()
     table += [Patch(grad_map, sym_id, grad_map.get(sym_id, ABSENT), rule) for sym_id, rule in GRAD_FIXES.items()]
+    if dist_utils is not None:
+        table.append(patch(dist_utils, "sort_waits"))
     nvfuser = _optional_module("thunder.executors.nvfuserex_impl")
     if nvfuser is not None:
         table += [patch(nvfuser, "dce"), patch(nvfuser, "rematerialize"), patch(nvfuser, "Region")]
@@ -236,6 +253,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "thunder_general_jit": ("fn", "args", "kwargs", "sharp_edges", "ad_hoc_executor"),
     "_copy_": ("a", "b"),
     "process_recorded_modifications": ("ctx", "epilogue_trace"),
+    "sort_waits": ("execution_trace",),
 }
 """Parameter names of every patched Thunder function (lightning-thunder 0.2.6), pinned by the tests: the
 replacements are called with the same arguments, and each stand-in takes ``original`` and then these."""

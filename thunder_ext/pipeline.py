@@ -20,6 +20,9 @@ decision is made on the trace adapted to a neutral program (:mod:`thunder_ext.ad
   without outputs, which is what deletes a region that only mutates an argument). A pass that changed nothing
   marks its result (:class:`_DceFixpoint`), and DCE of that same trace returns it without building the graph
   again (Thunder runs DCE back to back).
+* :func:`sort_waits` replaces ``distributed.utils.sort_waits``: Thunder's schedule for collectives and their waits,
+  repaired where it breaks an effect edge (a read of a buffer an asynchronous collective writes, moved before its
+  wait).
 * :func:`can_fuse` keeps the backward of auto-registered torch ops, asynchronous collectives and waits out of
   torch.compile regions.
 * :func:`rematerialize` runs Thunder's rematerialization with the cut refused (:func:`find_cut` returns no cut)
@@ -57,7 +60,7 @@ from .adapter import AdaptedTrace, adapt
 from .resolve import bsym_effects, effects_lookup
 from .state import current_input_aliases
 
-__all__ = ["fuse_bound_symbols", "dce", "rematerialize", "find_cut", "unsafe_remat_pairs", "can_fuse"]
+__all__ = ["fuse_bound_symbols", "dce", "rematerialize", "find_cut", "unsafe_remat_pairs", "can_fuse", "sort_waits"]
 
 
 def _adapt(trace: TraceCtx) -> tuple[AdaptedTrace, DependencyGraph]:
@@ -260,6 +263,33 @@ def find_cut(original: Callable[..., Sequence[Any]], external_producer_outputs: 
     if unsafe is not None and (producer.sym.name, consumer.sym.name) in unsafe:
         return ()
     return original(external_producer_outputs, producer, consumer)
+
+
+# --- Thunder's wait sorting ---------------------------------------------------------------------------------------
+def sort_waits(original: Callable[[TraceCtx], TraceCtx], execution_trace: TraceCtx) -> TraceCtx:
+    """Stand-in for ``thunder.distributed.utils.sort_waits``: Thunder's schedule (collectives as early, waits as
+    late as possible), kept wherever the effect graph allows (:func:`effects.toposort` with that schedule as
+    priority). Thunder sorts by data edges only, so a read of a buffer an asynchronous in-place collective writes
+    (``dist.all_gather_into_tensor(out, x, async_op=True)``: a collective, a wait, then a ``copy_`` into ``out``
+    that nothing reads by name) moved before the wait and the copy and read the old value."""
+    preferred = original(execution_trace)
+    if preferred is execution_trace:
+        return preferred
+    with gc_paused():
+        adapted, graph = _adapt(execution_trace)
+        position = {id(b): k for k, b in enumerate(preferred.bound_symbols)}
+        if len(position) != len(execution_trace.bound_symbols) or any(id(b) not in position for b in adapted.bsyms):
+            return preferred  # not a permutation of the same bound symbols: nothing to repair against
+        order = effects.toposort(graph, priority=[position[id(b)] for b in adapted.bsyms])
+        chosen = iter(adapted.bsyms[i] for i in order)
+        aligned = {id(b) for b in adapted.bsyms}
+        bsyms = [next(chosen) if id(b) in aligned else b for b in preferred.bound_symbols]
+    if all(a is b for a, b in zip(bsyms, preferred.bound_symbols, strict=True)):
+        return preferred
+    result = from_trace(preferred)
+    result.bound_symbols = bsyms
+    result.set_provenance(TraceProvenance("Sort waits, respecting effects (thunder-effects)"))
+    return result
 
 
 # --- torch.compile fusibility -----------------------------------------------------------------------------------

@@ -35,6 +35,13 @@ def test_toposort_is_stable(graph):
     assert toposort(graph) == (0, 1, 2, 3)
 
 
+def test_toposort_keeps_a_preferred_order_where_the_edges_allow(graph):
+    assert toposort(graph, priority=[3, 2, 1, 0]) == (1, 0, 3, 2)  # print (3) reads a (0); add_ (2) writes x after 0
+    assert toposort(graph, priority=[0, 2, 3, 1]) == (0, 3, 1, 2)  # a valid preference comes back as it is
+    with pytest.raises(ValueError, match="priority has 2 entries but the program has 4"):
+        toposort(graph, priority=[0, 1])
+
+
 def test_check_order_names_the_violated_edge(graph):
     with pytest.raises(OrderViolation) as info:
         check_order(graph, (2, 0, 1, 3))

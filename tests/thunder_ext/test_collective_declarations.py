@@ -112,6 +112,42 @@ def test_a_traced_program_orders_each_group_on_its_own_chain(groups) -> None:
     assert graph.path(comms[0], comms[1]) is None
 
 
+def _async_gather(world):
+    def step(out, x):
+        b = out * 1
+        handle = dist.all_gather_into_tensor(out, x * 2, group=world, async_op=True)
+        handle.wait()
+        return out + b  # reads what the gather wrote: after Thunder's wait and copy_, which sort_waits moves late
+
+    return step
+
+
+@pytest.mark.parametrize("executors", [["torch"], ["torchcompile"]])
+def test_a_read_of_an_async_collectives_buffer_stays_after_its_wait(groups, executors) -> None:
+    world, _ = groups
+    jfn = thunder_ext.jit(_async_gather(world), executors=executors)
+    out, x = torch.full((4,), 5.0), torch.arange(4.0)
+    assert torch.equal(jfn(out, x), x * 2 + 5) and torch.equal(out, x * 2)
+    names = [b.sym.name for b in thunder.last_traces(jfn)[-1].bound_symbols]
+    assert any("wait" in n for n in names)
+
+
+def _resolved_collectives(traces) -> list[str]:
+    """Every collective of ``traces`` found by resolving the effects of every bound symbol (what the certificate's
+    declaration-based prefilter must not miss)."""
+
+    def walk(bsyms):
+        for bsym in bsyms:
+            if not collectives.communicates(effects_of(bsym)):
+                continue
+            if bsym.sym.is_fusion and bsym.subsymbols:
+                yield from walk(bsym.subsymbols)
+            else:
+                yield bsym.sym.name
+
+    return [name for trace in traces for name in walk(trace.bound_symbols)]
+
+
 def test_the_certificate_lists_collectives_per_group_with_argument_names(groups) -> None:
     world, other = groups
     jfn = thunder_ext.jit(_two_groups(world, other), executors=["torchcompile"])
@@ -124,6 +160,7 @@ def test_the_certificate_lists_collectives_per_group_with_argument_names(groups)
         other.group_name: [f"all_reduce_(f32[2] y, SUM, False) on comm[{other.group_name}]"],
     }
     assert found == {world.group_name: world, other.group_name: other}
+    assert sorted(c.op for chain in chains.values() for c in chain) == sorted(_resolved_collectives([final]))
 
 
 # --- comparing across ranks (faked) -----------------------------------------------------------------------------
@@ -179,6 +216,7 @@ def test_training_compilations_are_certified_once_forward_and_backward_together(
     def spy(traces, arguments=()):
         chains, found = original(traces, arguments)
         seen.append([str(c) for chain in chains.values() for c in chain])
+        assert [c.op for chain in chains.values() for c in chain] == _resolved_collectives(traces)
         return chains, found
 
     world, _ = groups
