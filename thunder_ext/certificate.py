@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from effects import DependentEffects, Effects
+
 from thunder.core.proxies import FutureTensorProxy, Proxy, TensorProxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol
@@ -41,7 +43,7 @@ from thunder.core.trace import TraceCtx, TraceTag
 from thunder.core.transform_common import Transform
 
 from .collectives import COMM, communicates, group_key
-from .resolve import bsym_effects
+from .resolve import Resolver, resolver_for
 
 __all__ = ["Collective", "CollectiveOrderError", "CollectiveCertificate", "collectives_of", "certify", "Exchange",
            "TORCH_EXCHANGE"]
@@ -80,13 +82,32 @@ def _constant(value: object) -> str:
     return name if isinstance(name, str) and not isinstance(value, str) else repr(value)
 
 
-def _leaves(bsyms: Iterable[BoundSymbol]) -> Iterable[BoundSymbol]:
+def _may_communicate(resolver: Resolver, bsym: BoundSymbol, leaves: dict[int, bool]) -> bool:
+    """Whether ``bsym`` may have a ``comm`` effect, from declarations alone (a dictionary lookup per symbol): its
+    declaration has one or depends on constants (collectives do: the group), or one of its subsymbols may. The
+    final traces' bound symbols are mostly fresh (their effects not resolved yet), so resolving only these
+    candidates keeps the listing at a lookup per bound symbol."""
+    if not bsym.subsymbols:
+        key = id(bsym.sym)
+        found = leaves.get(key)
+        if found is None:
+            declared = resolver.declared(bsym)
+            found = leaves[key] = isinstance(declared, DependentEffects) or (
+                isinstance(declared, Effects) and communicates(declared))
+        return found
+    declared = resolver.declared(bsym)
+    if isinstance(declared, DependentEffects) or (isinstance(declared, Effects) and communicates(declared)):
+        return True
+    return any(_may_communicate(resolver, sub, leaves) for sub in bsym.subsymbols)
+
+
+def _leaves(bsyms: Iterable[BoundSymbol], resolver: Resolver, leaves: dict[int, bool]) -> Iterable[BoundSymbol]:
     """The bound symbols that communicate, in execution order, looking inside fusion regions."""
     for bsym in bsyms:
-        if not communicates(bsym_effects(bsym)):
+        if not _may_communicate(resolver, bsym, leaves) or not communicates(resolver.resolve(bsym)[1]):
             continue
         if bsym.sym.is_fusion and bsym.subsymbols:
-            yield from _leaves(bsym.subsymbols)
+            yield from _leaves(bsym.subsymbols, resolver, leaves)
         else:
             yield bsym
 
@@ -98,14 +119,16 @@ def collectives_of(traces: Sequence[TraceCtx], arguments: Iterable[str] = ()) ->
     names = frozenset(arguments)
     chains: dict[str, list[Collective]] = {}
     groups: dict[str, Any] = {}
+    resolver = resolver_for(None)
+    leaves: dict[int, bool] = {}
     for trace in traces:
-        for bsym in _leaves(trace.bound_symbols):
+        for bsym in _leaves(trace.bound_symbols, resolver, leaves):
             flat, _ = tree_flatten((bsym.args, bsym.kwargs))
             tensors = (p for p in flat if isinstance(p, (TensorProxy, FutureTensorProxy)))
             operands = tuple(_describe_tensor(p, names) for p in tensors)
             constants = tuple(_constant(v) for v in flat if not isinstance(v, Proxy) and not _is_process_group(v))
             groups.update((group_key(v), v) for v in flat if _is_process_group(v))
-            for effect in sorted(bsym_effects(bsym).resources):
+            for effect in sorted(resolver.resolve(bsym)[1].resources):
                 if effect.resource.kind == COMM:
                     key = str(effect.resource.key)
                     chains.setdefault(key, []).append(Collective(bsym.sym.name, key, operands, constants))
