@@ -117,6 +117,21 @@ def scatter_into(out, x):
     return out + b
 
 
+def async_gather(out, x):
+    b = out * 1
+    # Thunder: all_gather(do_async), wait, copy_ into out (nothing reads the copy by name)
+    handle = dist.all_gather_into_tensor(out, x * 2, group=dist.group.WORLD, async_op=True)
+    handle.wait()
+    return out + b
+
+
+def functional_wait(x):
+    b = x * 2
+    y = torch.ops._c10d_functional.all_reduce(x, "sum", dist.group.WORLD.group_name)
+    y = torch.ops._c10d_functional.wait_tensor(y)
+    return b + y, x + 1
+
+
 def aliased_arguments(x, y):
     b = y * 2
     dist.all_reduce(x)
@@ -126,6 +141,12 @@ def aliased_arguments(x, y):
 def two_groups(x, y):
     dist.all_reduce(x, group=group("a"))
     dist.all_reduce(y, op=dist.ReduceOp.MAX, group=group("b"))
+    return x + y
+
+
+def same_group(x, y):
+    dist.all_reduce(x, group=group("a"))
+    dist.all_reduce(y, op=dist.ReduceOp.MAX, group=group("a"))
     return x + y
 
 
@@ -156,9 +177,15 @@ PROGRAMS: dict[str, Program] = {
     "intermediate": Program(intermediate, lambda r: (_vec(r),)),
     "gather_into": Program(gather_into, lambda r: (torch.zeros(8), _vec(r))),
     "scatter_into": Program(scatter_into, lambda r: (torch.ones(2) * r, _vec(r))),
+    "async_gather": Program(async_gather, lambda r: (torch.ones(8) * r, _vec(r))),
+    "functional_wait": Program(functional_wait, lambda r: (_vec(r),)),
     "aliased_arguments": Program(aliased_arguments, _aliased),
     "two_groups": Program(two_groups, lambda r: (_vec(r), _vec(r, offset=2.0 - 7.0 * r))),
 }
+
+ORDERING_ONLY: dict[str, Program] = {"same_group": Program(same_group, PROGRAMS["two_groups"].make)}
+"""Programs only :func:`collective_paths` looks at. (``group=None`` is no single group in Thunder: it traces each such
+call with a fresh ``new_group()``, so ``sum_then_max``'s two all-reduces are on two communicators.)"""
 
 
 # --- comparing with eager ------------------------------------------------------------------------------------------
@@ -209,7 +236,7 @@ def collective_paths(rank: int, world_size: int, name: str) -> list[tuple[str, s
     from effects import DependencyGraph
     from thunder_ext.adapter import adapt
 
-    program = PROGRAMS[name]
+    program = PROGRAMS.get(name) or ORDERING_ONLY[name]
     jfn = thunder_ext.jit(program.fn, executors=["torch"])
     jfn(*program.make(rank))
     adapted = adapt(thunder.last_traces(jfn)[-1])

@@ -5,6 +5,8 @@
   and without collectives inside its regions). Stock ``thunder.jit`` gets the remat case wrong where torch.compile
   regions leave the collective outside (the bug the effect pipeline fixes), which shows the check can fail.
 * Two process groups are not serialized against each other; one group's collectives stay ordered.
+* Asynchronous collectives (``async_op=True``, functional collectives and ``wait_tensor``): readers of the buffer
+  they write run after the wait (Thunder's ``sort_waits`` moved them before it: ``async_gather``).
 * Data-parallel training: Thunder's ``ddp`` and ``fsdp`` over ``thunder_ext.jit`` for 3 steps (forward, backward,
   SGD) equal eager ``DistributedDataParallel`` in losses, parameters and buffers on every rank.
 * The collective-order certificate: a rank that compiles a different collective order fails on the first call,
@@ -52,7 +54,9 @@ def test_stock_thunder_recomputes_across_the_all_reduce(ranks):
 
 def test_two_groups_are_not_serialized(ranks):
     pairs = ranks.run(dist_programs.collective_paths, "two_groups")[0]
-    assert len(pairs) == 1 and not pairs[0][2], pairs
+    assert len(pairs) == 1 and not pairs[0][2], pairs  # no path between the groups' all-reduces
+    pairs = ranks.run(dist_programs.collective_paths, "same_group")[0]
+    assert len(pairs) == 1 and pairs[0][2], pairs  # one group's two all-reduces (on different tensors): ordered
 
 
 DATA_PARALLEL = [("ddp", "torch"), ("fsdp", "torch"), ("ddp", "torchcompile-nocomm/dataflow"),
