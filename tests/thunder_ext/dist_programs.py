@@ -291,6 +291,21 @@ def _state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
+def _fsdp_options(kind: str) -> dict[str, Any]:
+    """``fsdp`` (ZeRO-2, no bucketing: Thunder's defaults), ``fsdp-zero3`` (parameters gathered again for the
+    backward), ``fsdp-layer`` / ``fsdp-zero3-block`` (bucketed collectives: ``pack_for_fsdp``/``unpack_for_fsdp``)."""
+    from thunder.distributed import FSDPBucketingStrategy, FSDPType
+
+    options: dict[str, Any] = {}
+    if "zero3" in kind:
+        options["sharding_strategy"] = FSDPType.ZERO3
+    if kind.endswith("-layer"):
+        options["bucketing_strategy"] = FSDPBucketingStrategy.LAYER
+    if kind.endswith("-block"):
+        options["bucketing_strategy"] = FSDPBucketingStrategy.BLOCK
+    return options
+
+
 def data_parallel(rank: int, world_size: int, kind: str, config: str, steps: int = 3,
                   jit: str = "thunder_ext") -> list[str]:
     """Job: ``steps`` training steps of ``_Net`` with Thunder's ``ddp``/``fsdp`` over ``thunder_ext.jit`` (forward,
@@ -302,7 +317,7 @@ def data_parallel(rank: int, world_size: int, kind: str, config: str, steps: int
     eager_losses = _train(reference, list(eager.parameters()), rank, steps)
     model = _net()
     jitted = (thunder_ext.jit if jit == "thunder_ext" else thunder.jit)(model, **CONFIGS[config])
-    wrapped = ddp(jitted) if kind == "ddp" else fsdp(jitted, device=torch.device("cpu"))
+    wrapped = ddp(jitted) if kind == "ddp" else fsdp(jitted, device=torch.device("cpu"), **_fsdp_options(kind))
     losses = _train(wrapped, list(wrapped.parameters()), rank, steps)
     found = [f"step {k} loss {got} but eager DDP gives {exp}" for k, (exp, got) in enumerate(zip(eager_losses, losses))
              if abs(exp - got) > 1e-5 * max(1.0, abs(exp))]

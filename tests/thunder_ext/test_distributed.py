@@ -7,8 +7,9 @@
 * Two process groups are not serialized against each other; one group's collectives stay ordered.
 * Asynchronous collectives (``async_op=True``, functional collectives and ``wait_tensor``): readers of the buffer
   they write run after the wait (Thunder's ``sort_waits`` moved them before it: ``async_gather``).
-* Data-parallel training: Thunder's ``ddp`` and ``fsdp`` over ``thunder_ext.jit`` for 3 steps (forward, backward,
-  SGD) equal eager ``DistributedDataParallel`` in losses, parameters and buffers on every rank.
+* Data-parallel training: Thunder's ``ddp`` and ``fsdp`` (ZeRO-2 and ZeRO-3, with and without bucketing) over
+  ``thunder_ext.jit`` for 3 steps (forward, backward, SGD) equal eager ``DistributedDataParallel`` in losses,
+  parameters and buffers on every rank.
 * The collective-order certificate: a rank that compiles a different collective order fails on the first call,
   on every rank, naming the first differing collective, in seconds; without it the call silently completes.
 """
@@ -60,9 +61,10 @@ def test_two_groups_are_not_serialized(ranks):
 
 
 DATA_PARALLEL = [("ddp", "torch"), ("fsdp", "torch"), ("ddp", "torchcompile-nocomm/dataflow"),
-                 ("fsdp", "torchcompile")]
+                 ("fsdp", "torchcompile"), ("fsdp-zero3-block", "torch")]
 DATA_PARALLEL_SLOW = [("ddp", "torchcompile-nocomm"), ("fsdp", "torchcompile/dataflow"),
-                      ("fsdp", "torchcompile-nocomm"), ("fsdp", "torchcompile-nocomm/dataflow")]
+                      ("fsdp", "torchcompile-nocomm"), ("fsdp", "torchcompile-nocomm/dataflow"),
+                      ("fsdp-zero3", "torchcompile"), ("fsdp-layer", "torch"), ("fsdp-zero3-block", "torchcompile")]
 
 
 @pytest.mark.parametrize("kind,config", [*DATA_PARALLEL, *(pytest.param(*p, marks=pytest.mark.slow)
