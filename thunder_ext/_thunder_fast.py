@@ -37,13 +37,14 @@ from thunder.core.prims import OpTags
 from thunder.core.proxies import NumberProxyInterface, Proxy, variableify
 from thunder.core.pytree import tree_iter, tree_map
 from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 from thunder.core.utils import OrderedSet
 from thunder.executors.utils import comment_symbols
 
 from ._thunder import FLAT_OUTS, FLAT_PROXY_ARGS, FUSED
 
 __all__ = ["flat_outs", "proxy_outs", "proxy_out_names", "proxy_arg_names", "first_appearance", "region", "fuse",
-           "update_fusion_call_ctx", "DontDce", "dedup_number_proxies"]
+           "update_fusion_call_ctx", "DontDce", "dedup_number_proxies", "with_bound_symbols"]
 
 _LEAF_TYPES = frozenset({int, float, bool, complex, str, type(None)})
 """Types Thunder's ``tree_flatten`` always treats as leaves (with proxies)."""
@@ -268,3 +269,14 @@ def dedup_number_proxies(bsyms: Iterable[BoundSymbol]) -> tuple[list[BoundSymbol
             seen.update(numbers)
             result.append(bsym)
     return result, changed
+
+
+def with_bound_symbols(trace: TraceCtx, bsyms: Sequence[BoundSymbol], provenance: str) -> TraceCtx:
+    """``trace`` itself when ``bsyms`` are its bound symbols (the same objects, in order), else a copy of it with
+    ``bsyms`` and ``provenance``: a pass that changed nothing costs no new trace."""
+    if len(bsyms) == len(trace.bound_symbols) and all(a is b for a, b in zip(bsyms, trace.bound_symbols, strict=True)):
+        return trace
+    result = from_trace(trace)
+    result.bound_symbols = list(bsyms)
+    result.set_provenance(TraceProvenance(provenance))
+    return result

@@ -38,10 +38,11 @@ from effects import (
 
 import thunder.extend as extend
 from thunder.core.symbol import BoundSymbol, Symbol
-from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
+from thunder.core.trace import TraceCtx
 from thunder.core.transform_common import Transform
 
 from ._thunder import CALL_CTX
+from ._thunder_fast import with_bound_symbols
 from .keys import impl_key, label_of, signature_of
 from .plugin import _check_executor, _check_registry, operator_of, runtime_fn
 
@@ -211,12 +212,8 @@ class CheckEffects(Transform):
     def transform_trace_post_optimization(self, computation_trace: TraceCtx, **kwargs: Any) -> TraceCtx:
         """The trace with every declared executor op's call replaced by a checked call (Thunder's hook)."""
         bsyms = [self._checked(bsym) for bsym in computation_trace.bound_symbols]
-        if all(new is old for new, old in zip(bsyms, computation_trace.bound_symbols, strict=True)):
-            return computation_trace
-        trace = from_trace(computation_trace)
-        trace.bound_symbols = bsyms
-        trace.set_provenance(TraceProvenance("Effect checks on every call of declared executor ops (CheckEffects)"))
-        return trace
+        return with_bound_symbols(computation_trace, bsyms,
+                                  "Effect checks on every call of declared executor ops (CheckEffects)")
 
     def _checked(self, bsym: BoundSymbol) -> BoundSymbol:
         sym = bsym.sym

@@ -55,7 +55,7 @@ from thunder.executors.data_dependent_partition import Node
 
 from . import collectives, inductor_guard, rounding
 from ._thunder import DCE_FIXPOINT
-from ._thunder_fast import DontDce, dedup_number_proxies, proxy_arg_names, proxy_outs
+from ._thunder_fast import DontDce, dedup_number_proxies, proxy_arg_names, proxy_outs, with_bound_symbols
 from .adapter import AdaptedTrace, adapt
 from .resolve import bsym_effects, effects_lookup
 from .state import current_input_aliases
@@ -284,12 +284,7 @@ def sort_waits(original: Callable[[TraceCtx], TraceCtx], execution_trace: TraceC
         chosen = iter(adapted.bsyms[i] for i in order)
         aligned = {id(b) for b in adapted.bsyms}
         bsyms = [next(chosen) if id(b) in aligned else b for b in preferred.bound_symbols]
-    if all(a is b for a, b in zip(bsyms, preferred.bound_symbols, strict=True)):
-        return preferred
-    result = from_trace(preferred)
-    result.bound_symbols = bsyms
-    result.set_provenance(TraceProvenance("Sort waits, respecting effects (thunder-effects)"))
-    return result
+    return with_bound_symbols(preferred, bsyms, "Sort waits, respecting effects (thunder-effects)")
 
 
 # --- torch.compile fusibility -----------------------------------------------------------------------------------
