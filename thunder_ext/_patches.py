@@ -57,7 +57,8 @@ cache hit (the fused trace's CUDA graph runner carries its own bound replacement
 starts: :data:`COMPILE_HOOK` wraps ``thunder_general_jit`` (installed once, by the first ``thunder_ext.jit``,
 inert without the compile option), takes a hold for a compilation that has the option, and the
 ``thunder_ext.jit`` call that missed releases it when it returns (:func:`enter_call`/:func:`exit_call`, one
-thread-local counter each way on the hit path).
+thread-local counter each way on the hit path). :data:`ADD_TRANSFORM_HOOK`, installed with it, gives what
+``add_transform`` re-jits from such a function (``thunder.distributed.ddp``/``fsdp``) the same call wrapper.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ import thunder
 import thunder.core.jit_ext as jit_ext
 import thunder.core.rematerialization as remat_mod
 import thunder.core.transform_common as transform_common
+import thunder.core.transforms as thunder_transforms
 import thunder.core.update_aliases as update_aliases_mod
 import thunder.executors.data_dependent_partition as ddp
 import thunder.executors.passes as passes
@@ -90,8 +92,8 @@ from . import (_thunder_fast, batch_norm, cudagraph as effect_cudagraph, eager_c
 from ._thunder import GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, UPDATE_FUSION_CALL_CTX
 from .grad_fixes import GRAD_FIXES
 
-__all__ = ["Patch", "PATCHES", "STAND_INS", "RUNNER_METHODS", "COMPILE_HOOK", "guarded", "apply", "restore", "applied",
-           "holding", "hook_compilations", "enter_call", "exit_call", "EXPECTED_PARAMETERS"]
+__all__ = ["Patch", "PATCHES", "STAND_INS", "RUNNER_METHODS", "COMPILE_HOOK", "ADD_TRANSFORM_HOOK", "guarded", "apply",
+           "restore", "applied", "holding", "hook_compilations", "enter_call", "exit_call", "EXPECTED_PARAMETERS"]
 
 
 ABSENT: Any = object()
@@ -254,6 +256,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "_copy_": ("a", "b"),
     "process_recorded_modifications": ("ctx", "epilogue_trace"),
     "sort_waits": ("execution_trace",),
+    "add_transform": ("cfn", "transform", "disable_torch_autograd_support"),
 }
 """Parameter names of every patched Thunder function (lightning-thunder 0.2.6), pinned by the tests: the
 replacements are called with the same arguments, and each stand-in takes ``original`` and then these."""
@@ -351,26 +354,52 @@ COMPILE_HOOK = Patch(thunder, "thunder_general_jit", _ORIG_GENERAL_JIT, _general
 """Installed once, process-wide, by the first :func:`thunder_ext.jit` (:func:`hook_compilations`) and never
 removed: for a compilation without the compile option it calls the original and nothing else."""
 
+_ORIG_ADD_TRANSFORM = thunder_transforms.add_transform
+_rewrap: list[Callable[[Any], Any]] = []
+"""What :func:`thunder_ext.jit` does to the function it returns (holding the patches over each call), applied by
+:data:`ADD_TRANSFORM_HOOK` to what ``add_transform`` returns."""
+
+
+def _add_transform(cfn: Any, *, transform: Any, disable_torch_autograd_support: bool = False) -> Any:
+    """``add_transform`` (``thunder.distributed.ddp``/``fsdp``, ``grad``, tensor parallelism) re-jits a compiled
+    function with more transforms and the same compile options: when those carry :data:`thunder_ext.state.OPTION`,
+    its result is wrapped as :func:`thunder_ext.jit` wraps its own (:data:`_rewrap`), so the holds its
+    compilations take are released after each call, as for the function it came from."""
+    result = _ORIG_ADD_TRANSFORM(cfn, transform=transform,
+                                 disable_torch_autograd_support=disable_torch_autograd_support)
+    for rewrap in _rewrap:
+        result = rewrap(result)
+    return result
+
+
+ADD_TRANSFORM_HOOK = Patch(thunder_transforms, "add_transform", _ORIG_ADD_TRANSFORM, _add_transform)
+"""Installed with :data:`COMPILE_HOOK` and never removed: for a function without the compile option its result is
+the original's."""
+
 _hooked = False
 
 
-def hook_compilations() -> None:
-    """Install :data:`COMPILE_HOOK` (idempotent).
+def hook_compilations(rewrap: Callable[[Any], Any]) -> None:
+    """Install :data:`COMPILE_HOOK` and :data:`ADD_TRANSFORM_HOOK` (idempotent); ``rewrap`` is what the latter
+    applies to the result of ``add_transform``.
 
     Raises:
-        RuntimeError: ``thunder.thunder_general_jit`` is not the function expected.
+        RuntimeError: ``thunder.thunder_general_jit`` or ``add_transform`` is not the function expected.
     """
     global _hooked
     with _lock:
         if _hooked:
             return
-        if COMPILE_HOOK.current() is not COMPILE_HOOK.original:
+        stale = [hook.where for hook in (COMPILE_HOOK, ADD_TRANSFORM_HOOK) if hook.current() is not hook.original]
+        if stale:
             raise RuntimeError(
-                f"thunder_ext cannot hook Thunder's compilations: {COMPILE_HOOK.where} is not the function it was "
+                f"thunder_ext cannot hook Thunder's compilations: {', '.join(stale)} is not the function it was "
                 "written against. Check the installed lightning-thunder version (0.2.6 expected) and whether "
                 "another library patched it; update thunder_ext/_patches.py."
             )
         COMPILE_HOOK.put(COMPILE_HOOK.replacement)
+        ADD_TRANSFORM_HOOK.put(ADD_TRANSFORM_HOOK.replacement)
+        _rewrap[:] = [rewrap]
         _hooked = True
 
 

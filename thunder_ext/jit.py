@@ -11,7 +11,10 @@ reshapes.
 
 The Thunder patches (:mod:`thunder_ext._patches`) are held only while a ``thunder_ext.jit`` function compiles
 (Thunder's cache missed; a cache hit runs exactly Thunder's call path plus two counter updates), or between
-:func:`install` and :func:`uninstall`, which make *every* ``thunder.jit`` use the pipeline.
+:func:`install` and :func:`uninstall`, which make *every* ``thunder.jit`` use the pipeline. What
+``add_transform`` makes of a ``thunder_ext.jit`` function (``thunder.distributed.ddp``/``fsdp`` re-jit it with
+the same compile options) is wrapped the same way (:data:`thunder_ext._patches.ADD_TRANSFORM_HOOK`); before, the
+holds its compilations took were never released.
 
 ``reinplace=True`` (the default) adds :class:`thunder_ext.reinplace.Reinplace`, which runs ``op`` + ``copy_`` pairs
 left to the torch executor as one in-place kernel where the effect graph shows nobody can observe the difference
@@ -85,6 +88,24 @@ def _held(call: Callable[..., Any], jfn: Any, verify: bool) -> Callable[..., Any
     return run
 
 
+def _rewrap(jfn: Any) -> Any:
+    """A function ``add_transform`` made from a ``thunder_ext.jit`` function (``ddp``, ``fsdp``: the same compile
+    options, more transforms), held over each call like the one it came from; others unchanged."""
+    cd = thunder.compile_data(jfn)
+    if cd is None or not cd.compile_options.get(state.OPTION):
+        return jfn
+    transforms = getattr(cd, "transforms", None) or ()  # set by thunder.jit, not a declared CompileData field
+    return _hold_calls(jfn, any(isinstance(t, EffectVerification) for t in transforms))
+
+
+def _hold_calls(jfn: Any, verify: bool) -> Any:
+    """``jfn`` with the patch holds its compilations take released after each call (:func:`_held`)."""
+    if isinstance(jfn, ThunderModule):
+        FORWARD_FN.set(jfn, _held(FORWARD_FN.get(jfn), jfn, verify))
+        return jfn
+    return _held(jfn, jfn, verify)
+
+
 def jit(
     fn: Callable[..., Any], /, *, verify: bool = False, reinplace: bool = True, certify_collectives: bool = True,
     **kwargs: Any,
@@ -107,9 +128,5 @@ def jit(
     kwargs["executors"] = opaque_torch.executors_with(kwargs.get("executors"))
     kwargs[state.OPTION] = True
     kwargs[state.OPTION_ALIAS_UPDATES] = not skip_alias_updates
-    _patches.hook_compilations()
-    jfn = thunder.jit(fn, transforms=transforms, skip_inplace_alias_updates=False, **kwargs)
-    if isinstance(jfn, ThunderModule):
-        FORWARD_FN.set(jfn, _held(FORWARD_FN.get(jfn), jfn, verify))
-        return jfn
-    return _held(jfn, jfn, verify)
+    _patches.hook_compilations(_rewrap)
+    return _hold_calls(thunder.jit(fn, transforms=transforms, skip_inplace_alias_updates=False, **kwargs), verify)

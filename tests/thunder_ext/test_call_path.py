@@ -33,14 +33,17 @@ def applies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("patch", [*_patches.RUNNER_METHODS, _patches.COMPILE_HOOK], ids=lambda p: p.where)
+_HOOKS = (_patches.COMPILE_HOOK, _patches.ADD_TRANSFORM_HOOK)
+
+
+@pytest.mark.parametrize("patch", [*_patches.RUNNER_METHODS, *_HOOKS], ids=lambda p: p.where)
 def test_bound_and_hooked_targets_are_pinned(patch: _patches.Patch) -> None:
-    expected = (patch.original, patch.replacement) if patch is _patches.COMPILE_HOOK else (patch.original,)
+    expected = (patch.original, patch.replacement) if patch in _HOOKS else (patch.original,)
     assert any(patch.current() is f for f in expected), f"{patch.where} changed; update _patches.py"
     params = tuple(inspect.signature(patch.original).parameters)
     assert params == _patches.EXPECTED_PARAMETERS[patch.name], f"{patch.where} changed its parameters"
     stand_in = tuple(inspect.signature(patch.replacement).parameters)
-    assert stand_in == (params if patch is _patches.COMPILE_HOOK else ("original", *params))
+    assert stand_in == (params if patch in _HOOKS else ("original", *params))
 
 
 def test_patches_are_held_only_while_compiling(applies: list[int]) -> None:
@@ -54,6 +57,24 @@ def test_patches_are_held_only_while_compiling(applies: list[int]) -> None:
     torch.testing.assert_close(a, torch.full((3,), 16.0))
     jfn(torch.ones(5))  # new shape: Thunder recompiles, with the patches
     assert len(applies) == 2 and not _patches.applied()
+
+
+def test_add_transform_keeps_holding_only_while_compiling(applies: list[int]) -> None:
+    """``add_transform`` (what ``ddp``/``fsdp`` call) re-jits a ``thunder_ext.jit`` function: its compilations'
+    holds are released after the call too (they were kept for the rest of the process)."""
+    from thunder.core.transforms import Transform, add_transform
+
+    class Nothing(Transform):
+        pass
+
+    for fn in (lambda a: a.mul_(2), torch.nn.Linear(3, 2)):
+        jfn = add_transform(thunder_ext.jit(fn, executors=["torch"]), transform=Nothing())
+        jfn(torch.ones(3))
+        assert applies and not _patches.applied()
+    plain = add_transform(thunder.jit(lambda a: a + 1, executors=["torch"]), transform=Nothing())
+    applies.clear()
+    torch.testing.assert_close(plain(torch.ones(2)), torch.full((2,), 2.0))
+    assert not applies and not _patches.applied()
 
 
 def test_plain_thunder_jit_takes_no_hold(applies: list[int]) -> None:
