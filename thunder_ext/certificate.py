@@ -11,7 +11,9 @@ trace, so nothing guarantees agreement; the certificate checks it once per compi
    forward's) and lists, per process group, the collectives in execution order (:func:`collectives_of`): the
    op, its tensor operands' dtypes and shapes (and names, for the compiled function's own arguments), its
    other constants. Collectives are found by their effects (a ``comm[group]`` resource,
-   :func:`thunder_ext.collectives.communicates`), inside fusion regions too.
+   :func:`thunder_ext.collectives.communicates`), inside fusion regions too; the effects are resolved only for
+   bound symbols whose declarations may communicate (a lookup per symbol), so listing costs milliseconds for
+   thousands of bound symbols (``benchmarks/results/certificate_cost.md``).
 2. :func:`certify` hashes each group's list (SHA-256) and all-gathers the 32-byte digests **over that group**,
    groups in name order: one small all-gather per process group the function uses (one for DDP or FSDP), before
    the compiled code first runs.
