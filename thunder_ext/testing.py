@@ -122,7 +122,7 @@ def _run_grad(fn: Any, case: Case, grad_bases: Sequence[int], jitted: Any = None
             for (name, _), final in zip(fn.epilogue, finals):
                 run.tensors[name].copy_(final)
     detached = [o.detach() if isinstance(o, torch.Tensor) else o for o in out]
-    return detached, {n: t.detach() for n, t in run.tensors.items()}, [b.grad for b in run.bases]
+    return detached, {n: t.detach() for n, t in run.tensors.items()}, [run.bases[k].grad for k in grad_bases]
 
 
 def check_jit_grad(case: Case, *, executors: Sequence[str] = ("torch",), fusion_type: str = "consecutive") -> None:

@@ -21,7 +21,7 @@ pytest.importorskip("thunder")
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 
 from effects.testing import VOCABULARY, OpKind, programs  # noqa: E402
-from thunder_ext.testing import ThunderUnsupported, check_jit  # noqa: E402
+from thunder_ext.testing import ThunderUnsupported, check_jit, check_jit_grad  # noqa: E402
 
 OPS = tuple(op for op in VOCABULARY if op.kind is not OpKind.RNG)
 """The fuzzed vocabulary (see the module docstring for what is left out and why)."""
@@ -46,5 +46,27 @@ def test_thunder_ext_jit_torch_executor_matches_eager(case):
     """No fusion executor: every in-place op reaches the torch executor, where thunder_ext.jit reinplaces."""
     try:
         check_jit(case, executors=["torch"])
+    except ThunderUnsupported:
+        assume(False)
+
+
+@settings(max_examples=15, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=CASES)
+def test_thunder_ext_jit_gradients_match_eager(case):
+    """The gradient oracle: every input base the program does not write requires grad; outputs, inputs after the
+    call and gradients vs eager (``benchmarks/fuzz_thunder.py --grad`` runs thousands)."""
+    try:
+        check_jit_grad(case, executors=["torch"])
+    except ThunderUnsupported:
+        assume(False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+@settings(max_examples=8, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=CASES)
+def test_thunder_ext_jit_gradients_match_eager_torchcompile(fusion_type, case):
+    try:
+        check_jit_grad(case, executors=["torchcompile"], fusion_type=fusion_type)
     except ThunderUnsupported:
         assume(False)
