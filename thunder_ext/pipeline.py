@@ -9,7 +9,10 @@ decision is made on the trace adapted to a neutral program (:mod:`thunder_ext.ad
 * :func:`fuse_bound_symbols` replaces ``data_dependent_partition.fuse_bound_symbols`` for the torchcompile
   executors, nvFuser and the CUDA graph transform: :func:`effects.partition` groups fusible bound symbols with the
   compile option ``fusion_type`` as strategy, so effect edges (RAW, WAR, WAW, resource order, return) constrain
-  the grouping and the order, not only data edges. Regions bound for ``torch.compile`` are split around its bugs
+  the grouping and the order, not only data edges. For the CUDA graph transform, ops that must not be captured
+  (:attr:`effects.Effects.capturable` is false: ``torch.Tag.cudagraph_unsafe``, unknown effects) are not
+  fusible, so the graphed region is split there (:func:`thunder_ext.cudagraph.uncapturable_reason`, recorded
+  for :func:`thunder_ext.cudagraph.cuda_graph_report`). Regions bound for ``torch.compile`` are split around its bugs
   (:mod:`thunder_ext.inductor_guard`) and before reads of low-precision storage they wrote
   (:mod:`thunder_ext.rounding`).
 * :func:`dce` replaces ``transform_common.dce``: a bound symbol stays if the effect graph keeps it
@@ -50,10 +53,11 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 from thunder.executors.data_dependent_partition import Node
 
-from . import collectives, inductor_guard, rounding
+from . import collectives, cudagraph, inductor_guard, rounding
 from ._thunder import DCE_FIXPOINT
 from ._thunder_fast import DontDce, dedup_number_proxies, proxy_arg_names, proxy_outs
 from .adapter import AdaptedTrace, adapt
+from .keys import label_of
 from .resolve import bsym_effects, effects_lookup
 from .state import current_input_aliases
 
@@ -81,6 +85,21 @@ def _fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool])
     def fusible(inst: Instruction) -> bool:
         node = nodes[id(inst)]
         return bool(merge_func(node, node))
+
+    graph_transform = cudagraph.transform_of(merge_func)
+    if graph_transform is not None:  # a CUDA graph region never captures an op that must not be captured
+        index = {id(inst): i for i, inst in enumerate(adapted.program.instructions)}
+        split = {}
+        for i, bsym in enumerate(adapted.bsyms):
+            reason = cudagraph.uncapturable_reason(bsym, graph.effects(i))
+            if reason is not None and fusible(adapted.program.instructions[i]):
+                split[i] = reason
+        cudagraph.record_split(graph_transform, [(label_of(adapted.bsyms[i].sym), r) for i, r in split.items()])
+        if split:
+            merge_fusible = fusible
+
+            def fusible(inst: Instruction) -> bool:
+                return index[id(inst)] not in split and merge_fusible(inst)
 
     def can_fuse(a: Instruction, b: Instruction) -> bool:
         return bool(merge_func(nodes[id(a)], nodes[id(b)]))
