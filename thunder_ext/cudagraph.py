@@ -308,8 +308,9 @@ class StorageLayout:
 _NO_SHARING = StorageLayout()
 
 
-def storage_layout(args: Sequence[Any]) -> StorageLayout:
-    """Which tensor arguments share storage and how, for one call."""
+def storage_layout(args: Sequence[Any], names: Sequence[Any] = ()) -> StorageLayout:
+    """Which tensor arguments share storage and how, for one call (``names``: the region's input proxies or names,
+    for the reason; positions otherwise)."""
     storages: dict[tuple[Any, int], list[int]] = {}
     for k, x in enumerate(args):
         if isinstance(x, torch.Tensor):
@@ -325,8 +326,9 @@ def storage_layout(args: Sequence[Any]) -> StorageLayout:
         for k in group:
             why = _unbuildable(args[k])
             if why is not None:
-                names = ", ".join(f"#{j}" for j in group)
-                return StorageLayout(groups, (), (), f"argument #{k} is {why} sharing storage with arguments {names}: "
+                label = [str(getattr(n, "name", n)) for n in names] or [f"#{j}" for j in range(len(args))]
+                others = ", ".join(label[j] for j in group if j != k)
+                return StorageLayout(groups, (), (), f"input {label[k]} is {why} sharing storage with {others}: "
                                                      "static buffers cannot reproduce that aliasing")
         extents = [_extent(args[k]) for k in group]
         align = max(args[k].element_size() for k in group)
@@ -434,7 +436,7 @@ def call_cuda_graph(original: Callable[..., Any], self: Any, fn_name: str, *args
     if written is None:
         bsyms, inputs, _ = self.trace_symbols[fn_name]
         written = state.written[fn_name] = written_inputs(bsyms, inputs)
-    layout = storage_layout(args)
+    layout = storage_layout(args, self.trace_symbols[fn_name][1])
     key = (*self.make_cache_key(fn_name, *args), layout.pattern)
     plan = state.plans.get(key)
     if plan is None:
