@@ -89,7 +89,8 @@ class RegionReport:
     static_inputs: tuple[str, ...] = ()
     """Inputs used in place (parameters, static memory): never copied."""
     copied_back: tuple[str, ...] = ()
-    """Written inputs that are not static: copied back into the caller's tensors after each replay."""
+    """Written inputs that are not static: copied back into the caller's tensors after each replay (an input in
+    ``shared_storage`` with the whole static base of its group, so the other members see the write)."""
     shared_storage: tuple[tuple[str, ...], ...] = ()
     """Groups of inputs that shared storage on the region's latest call: each group is views of one static base."""
     reason: str | None = None

@@ -187,8 +187,8 @@ def check_calls(jfn: Callable[..., object], fn: Callable[..., object], calls: li
     got, expected = _bases(device), _bases(device)
     for k, views in enumerate(calls):
         out = jfn(*views(*got))
-        torch.testing.assert_close(out, fn(*views(*expected)), msg=lambda m: f"call {k}: outputs differ\n{m}")
-        torch.testing.assert_close(got, expected, msg=lambda m: f"call {k}: arguments differ after the call\n{m}")
+        torch.testing.assert_close(out, fn(*views(*expected)), msg=lambda m, k=k: f"call {k}: outputs differ\n{m}")
+        torch.testing.assert_close(got, expected, msg=lambda m, k=k: f"call {k}: arguments differ after the call\n{m}")
 
 
 def _jit(fn: Callable[..., object]) -> Callable[..., object]:
