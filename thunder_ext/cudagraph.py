@@ -258,14 +258,14 @@ def transform_trace_post_optimization(original: Callable[..., Any], self: Any, t
 
 
 # --- run time: static buffers that keep the arguments' aliasing ------------------------------------------------------
-def _storage_key(x: torch.Tensor) -> tuple[Any, int] | None:
-    """The storage ``x`` views, as a hashable key (``None``: no storage to share, or none with bytes)."""
+def _storage_key(x: torch.Tensor) -> tuple[int, int] | None:
+    """The storage ``x`` views, as a hashable key: (device index, address of the storage's first byte); ``None``
+    when ``x`` has no bytes to share or no plain storage (sparse, nested, meta)."""
     try:
-        storage = x.untyped_storage()
-    except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested, some subclasses
+        ptr = x.data_ptr() - x.storage_offset() * x.element_size()
+    except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested, subclasses without a data pointer
         return None
-    ptr = storage.data_ptr()
-    return (x.device, ptr) if ptr and storage.nbytes() else None
+    return (x.get_device(), ptr) if ptr else None
 
 
 def _extent(x: torch.Tensor) -> tuple[int, int]:

@@ -318,3 +318,25 @@ def test_report_names_static_inputs_and_copied_back_writes(cuda_graphs):
     assert isinstance(region, thunder_ext.RegionReport)
     with pytest.raises(dataclasses.FrozenInstanceError):
         region.graphed = False  # type: ignore[misc]
+
+
+def test_a_view_of_a_static_parameter_shares_its_static_base(cuda_graphs):
+    """The parameter is static (used in place) alone; passed with a view of it, both become views of one copied
+    base, so the write through the view reaches the parameter as in eager."""
+
+    class ScaleView(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.arange(6.0), requires_grad=False)
+
+        def forward(self, x):
+            x.mul_(2)
+            return (self.w * 1 + x.sum()) * 2
+
+    module, reference = ScaleView().to(cuda_graphs), ScaleView().to(cuda_graphs)
+    jmodule = thunder_ext.jit(module, executors=["torch"], transforms=[CUDAGraphTransform()])
+    for views in [lambda w: w[1:3], lambda w: w[1:3], lambda w: w[2:4], lambda w: torch.ones_like(w[:2])]:
+        torch.testing.assert_close(jmodule(views(module.w)), reference(views(reference.w)))
+        torch.testing.assert_close(module.w, reference.w)
+        (region,) = thunder_ext.cuda_graph_report(jmodule).graphed
+        assert bool(region.static_inputs) != bool(region.shared_storage)  # static alone, copied when viewed
