@@ -143,7 +143,8 @@ class _Plan:
     copy_back: tuple[int, ...] = ()
     """Positions copied alone back into the caller's argument after each replay."""
     bases_in: tuple[tuple[int, int, torch.Tensor], ...] = ()
-    """(position of a member, first byte, static base): shared storage copied in as one byte range."""
+    """(position of a member, its byte offset in the base, static base): shared storage copied in as one byte
+    range, found on each call from where that member starts (the pattern fixes the rest)."""
     bases_back: tuple[tuple[int, int, torch.Tensor], ...] = ()
 
 
@@ -411,8 +412,12 @@ def _build(runner: Any, fn_name: str, fn: Callable[..., Any], args: Sequence[Any
     back = sorted(k for k in written if k in copied or k in alone)
     report = RegionReport(fn_name, True, _names(inputs, range(len(inputs))), _names(inputs, kept),
                           _names(inputs, back), tuple(_names(inputs, group) for group in layout.groups))
-    bases_in = tuple((group[0], lo, base) for group, lo, base in bases)
-    bases_back = tuple((group[0], lo, base) for group, lo, base in bases if written.intersection(group))
+    def shift(k: int, lo: int) -> int:
+        return args[k].storage_offset() * args[k].element_size() - lo
+
+    bases_in = tuple((group[0], shift(group[0], lo), base) for group, lo, base in bases)
+    bases_back = tuple((group[0], shift(group[0], lo), base) for group, lo, base in bases
+                       if written.intersection(group))
     plan = _Plan(report, alone, tuple(k for k in alone if k in written), bases_in, bases_back)
     return plan, entry
 
@@ -454,13 +459,13 @@ def call_cuda_graph(original: Callable[..., Any], self: Any, fn_name: str, *args
     for k in plan.copy_in:
         if static_inputs[k] is not args[k]:
             static_inputs[k].copy_(args[k])
-    for k, lo, base in plan.bases_in:
-        base.copy_(_bytes(args[k], lo, base.numel()))
+    for k, shift, base in plan.bases_in:
+        base.copy_(_bytes(args[k], args[k].storage_offset() * args[k].element_size() - shift, base.numel()))
     graph.replay()
     for k in plan.copy_back:
         args[k].copy_(static_inputs[k])  # the graph wrote its private copy of a non-static argument
-    for k, lo, base in plan.bases_back:
-        _bytes(args[k], lo, base.numel()).copy_(base)  # ... or the one static base of a shared storage
+    for k, shift, base in plan.bases_back:  # ... or the one static base of a shared storage
+        _bytes(args[k], args[k].storage_offset() * args[k].element_size() - shift, base.numel()).copy_(base)
     if state.share_outputs:
         return static_outputs
     return _fresh_outputs(static_outputs, static_inputs, args)

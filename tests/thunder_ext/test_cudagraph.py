@@ -228,6 +228,15 @@ def test_overlap_that_changes_within_one_trace_takes_another_graph(cuda_graphs):
     assert len(_runner(jfn).cuda_graph_cache) == 2
 
 
+def test_the_same_overlap_elsewhere_in_the_storage_replays_the_same_graph(cuda_graphs):
+    """Same shapes, strides and relative offsets at another place of the storage: one graph, copied in and back
+    from where the arguments are now."""
+    calls: list[Views] = [lambda x, y, i=i: (x[i:i + 2], x[i + 1:i + 3]) for i in (0, 1, 0, 1)]
+    jfn = _jit(write_both)
+    check_calls(jfn, write_both, calls, cuda_graphs)
+    assert len(_runner(jfn).cuda_graph_cache) == 1
+
+
 def test_arguments_of_different_dtypes_sharing_storage(cuda_graphs):
     def write_bits(a, b):
         a.mul_(2)
