@@ -330,8 +330,9 @@ def storage_layout(args: Sequence[Any], names: Sequence[Any] = ()) -> StorageLay
             if why is not None:
                 label = [str(getattr(n, "name", n)) for n in names] or [f"#{j}" for j in range(len(args))]
                 others = ", ".join(label[j] for j in group if j != k)
-                return StorageLayout(groups, (), (), f"input {label[k]} is {why} sharing storage with {others}: "
-                                                     "static buffers cannot reproduce that aliasing")
+                reason = f"input {label[k]} is {why} sharing storage with {others}: static buffers cannot reproduce " \
+                         "that aliasing"
+                return StorageLayout(groups, (("un-graphed", groups),), (), reason)
         extents = [_extent(args[k]) for k in group]
         align = max(args[k].element_size() for k in group)
         lo = min(start for start, _ in extents)

@@ -265,6 +265,14 @@ def test_aliasing_static_buffers_cannot_reproduce_runs_ungraphed_with_a_warning(
     (region,) = thunder_ext.cuda_graph_report(jfn).not_graphed
     assert "static buffers cannot reproduce that aliasing" in region.reason and region.shared_storage
 
+    y = torch.ones(4, device=cuda_graphs).to(torch.complex64)
+    ey = y.clone()
+    for b, eb in [(y, ey), (torch._neg_view(x), torch._neg_view(ex)), (y, ey)]:  # graphed, un-graphed, graphed
+        torch.testing.assert_close(jfn(x, b), f(ex, eb))
+        torch.testing.assert_close((x, y), (ex, ey))
+    report = thunder_ext.cuda_graph_report(jfn)  # Thunder compiled the two aliasings apart: one region each
+    assert len(report.graphed) == 1 and len(report.not_graphed) == 1
+
 
 # --- ops that must not be captured ----------------------------------------------------------------------------------
 @torch.library.custom_op("thunder_effects_tests::host_sync", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,))
@@ -349,3 +357,19 @@ def test_a_view_of_a_static_parameter_shares_its_static_base(cuda_graphs):
         torch.testing.assert_close(module.w, reference.w)
         (region,) = thunder_ext.cuda_graph_report(jmodule).graphed
         assert bool(region.static_inputs) != bool(region.shared_storage)  # static alone, copied when viewed
+
+
+def test_storage_layout_patterns():
+    from thunder_ext.cudagraph import storage_layout
+
+    x, y = torch.arange(16.0).reshape(4, 4), torch.ones(4)
+    assert storage_layout([x, y, 2.0]).pattern == () and storage_layout([x, x.t()]).groups == ((0, 1),)
+    rows = storage_layout([x[0:2], x[1:3]])
+    assert rows.pattern == storage_layout([x[1:3], x[2:4]]).pattern != storage_layout([x[0:2], x[2:4]]).pattern
+    assert rows.spans == ((0, 48),)  # bytes 0..48 of the storage: rows 0 to 2
+    mixed = storage_layout([x.view(-1).view(torch.uint8)[1:], x])  # aligned to the widest element: offsets 1 and 0
+    assert mixed.pattern == (((0, 1), (1, 0)),) and mixed.reason is None
+    z = torch.ones(4, dtype=torch.complex64)
+    unbuildable = storage_layout([z, z.conj()], ["a", "b"])
+    assert unbuildable.reason.startswith("input b is a conjugate view sharing storage with a")
+    assert unbuildable.pattern not in ((), storage_layout([z, z]).pattern)  # never the key of a graphed layout
