@@ -413,6 +413,7 @@ def _build(runner: Any, fn_name: str, fn: Callable[..., Any], args: Sequence[Any
     back = sorted(k for k in written if k in copied or k in alone)
     report = RegionReport(fn_name, True, _names(inputs, range(len(inputs))), _names(inputs, kept),
                           _names(inputs, back), tuple(_names(inputs, group) for group in layout.groups))
+
     def shift(k: int, lo: int) -> int:
         return args[k].storage_offset() * args[k].element_size() - lo
 
