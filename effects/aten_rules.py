@@ -195,7 +195,7 @@ class AtenRules(Rules, InplaceRules):
             return None  # the registry derives the twin's effects from its schema
         derived = derive(op)
         base = derived[0] if derived is not None else Effects()
-        return Effects(base.operands, base.aliases, inst.effects.resources)
+        return Effects(base.operands, base.aliases, inst.effects.resources, uncapturable=base.uncapturable)
 
     def scatter(self, index: int, inst: Instruction, output: int, base: Value, view: Value,
                 name: Value) -> Sequence[Instruction]:

@@ -6,7 +6,7 @@ and its decomposition (an adapter's op with sub-instructions), a fused region of
 members' effects:
 
 * an **opaque** member makes the group opaque (unknown absorbs); **resources** are the union of the members'
-  (ordered wins);
+  (ordered wins); an **uncapturable** member makes the group uncapturable;
 * a value **reaches** an operand if it is one of the operand's values, or a member declares it a view (``may`` or
   definite) of a value that reaches the operand: a write through a view made inside the group is a write of the
   operand. Storage made inside the group (a fresh output, and its views) reaches no operand: writes to it are
@@ -120,7 +120,8 @@ def compose(
             accesses.append(OperandEffect(k, Access.READ))
         else:  # read-write when read no later than the first write: the old contents matter
             accesses.append(OperandEffect(k, Access.READ_WRITE if first_read.get(k, w + 1) <= w else Access.WRITE))
-    return Effects(tuple(accesses), frozenset(aliases), frozenset().union(*resources)), ops
+    uncapturable = any(e.uncapturable for e in effects)
+    return Effects(tuple(accesses), frozenset(aliases), frozenset().union(*resources), uncapturable=uncapturable), ops
 
 
 @dataclass(frozen=True, slots=True)

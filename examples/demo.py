@@ -193,6 +193,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("argument updated in a CUDA graph", "transforms=[CUDAGraphTransform()]",
              lambda d: (scale_in_place, tuple(_seeded(d, (64,), (64,)))),
              lambda ex: {"executors": ["torch"], "transforms": [CUDAGraphTransform()]}, needs_cuda=True),
+    Scenario("f(x, x.t()) in a CUDA graph", "transforms=[CUDAGraphTransform()]", _make_transposed,
+             lambda ex: {"executors": ["torch"], "transforms": [CUDAGraphTransform()]}, needs_cuda=True),
 )
 """The matrix's rows; append a :class:`Scenario` to add one."""
 

@@ -199,7 +199,8 @@ RESOLVED = Stash("_thunder_effects_resolved", "thunder.core.symbol.BoundSymbol",
 FUSED = Stash("_thunder_effects_fused", "thunder.core.symbol.BoundSymbol",
               "what a fusion was compiled from, so an unchanged one is not compiled again (_thunder_fast)")
 RUNNER = Stash("_thunder_effects_runner", "thunder.transforms.cudagraph.CUDAGraphRunner",
-               "an effect-aware runner's output option and the inputs each graph writes (cudagraph)")
+               "an effect-aware runner's output option, the inputs each graph writes, its plans (static bases per "
+               "shared storage) and decisions (cudagraph)")
 RUNNER_CALL = Stash("call_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                     "the runner's call, bound on that runner: copy-back of written arguments, fresh outputs")
 RUNNER_BUILD = Stash("build_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",

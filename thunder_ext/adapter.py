@@ -105,7 +105,8 @@ def _adapt_bsyms(bsyms: Iterable[BoundSymbol], args: Iterable[object], registry:
             else:
                 outputs.append(name)
         if extra_aliases and not eff.opaque:
-            eff = Effects(eff.operands, eff.aliases | frozenset(extra_aliases), eff.resources)
+            eff = Effects(eff.operands, eff.aliases | frozenset(extra_aliases), eff.resources,
+                          uncapturable=eff.uncapturable)
         defined.update(outputs)
         instructions.append(Instruction(op_key(bsym), operands, tuple(outputs), eff))
         aligned.append(bsym)

@@ -248,7 +248,7 @@ def _from_schema(sym: Symbol, torch_fns: list[object]) -> Effects | None:
             writes = [e for e in eff.operands if e.access.writes]
             if any(e.index not in mapping for e in writes) or any(a.operand not in mapping for a in eff.aliases):
                 continue  # cannot place a write or view on the Thunder signature: do not guess
-            moved = Effects(tuple(writes), eff.aliases, eff.resources).remap(mapping)
+            moved = Effects(tuple(writes), eff.aliases, eff.resources, uncapturable=eff.uncapturable).remap(mapping)
             result = moved if result is None else result | moved
     return result
 

@@ -10,7 +10,11 @@ decision is made on the trace adapted to a neutral program (:mod:`thunder_ext.ad
   executors, nvFuser and the CUDA graph transform: :func:`effects.partition` groups fusible bound symbols with the
   compile option ``fusion_type`` as strategy, so effect edges (RAW, WAR, WAW, resource order, return) constrain
   the grouping and the order, not only data edges. In a joint forward-backward trace, writes (the argument
-  write-backs functionalization leaves) stay outside regions (:func:`_joint_trace_writers`). Regions bound for ``torch.compile`` are split around its bugs
+  write-backs functionalization leaves) stay outside regions (:func:`_joint_trace_writers`). For the CUDA graph
+  transform, ops that must not be captured (:attr:`effects.Effects.capturable` is false:
+  ``torch.Tag.cudagraph_unsafe``, unknown effects) are not fusible, so the graphed region is split there
+  (:func:`thunder_ext.cudagraph.uncapturable_reason`, recorded for :func:`thunder_ext.cudagraph.cuda_graph_report`).
+  Regions bound for ``torch.compile`` are split around its bugs
   (:mod:`thunder_ext.inductor_guard`) and before reads of low-precision storage they wrote
   (:mod:`thunder_ext.rounding`).
 * :func:`dce` replaces ``transform_common.dce``: a bound symbol stays if the effect graph keeps it
@@ -52,10 +56,11 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 from thunder.executors.data_dependent_partition import Node
 
-from . import collectives, inductor_guard, rounding
+from . import collectives, cudagraph, inductor_guard, rounding
 from ._thunder import DCE_FIXPOINT
 from ._thunder_fast import DontDce, dedup_number_proxies, proxy_arg_names, proxy_outs
 from .adapter import AdaptedTrace, adapt
+from .keys import label_of
 from .resolve import bsym_effects, effects_lookup
 from .state import current_epilogue_writes, current_input_aliases
 
@@ -99,6 +104,22 @@ def _joint_trace_writers(adapted: AdaptedTrace, graph: DependencyGraph) -> tuple
     return tuple(b for i, b in enumerate(adapted.bsyms) if graph.written_storage(i) != frozenset())
 
 
+def _uncapturable(adapted: AdaptedTrace, graph: DependencyGraph, merge_func: Callable[[Any, Any], bool],
+                  fusible: Callable[[Instruction], bool]) -> frozenset[int]:
+    """For a CUDA graph transform's pass: ids of the fusible instructions that must not be captured (recorded with
+    the reason on the transform's runner, for :func:`thunder_ext.cudagraph.cuda_graph_report`); else empty."""
+    transform = cudagraph.transform_of(merge_func)
+    if transform is None:
+        return frozenset()
+    found = {}
+    for i, (inst, bsym) in enumerate(zip(adapted.program.instructions, adapted.bsyms)):
+        reason = cudagraph.uncapturable_reason(bsym, graph.effects(i))
+        if reason is not None and fusible(inst):
+            found[id(inst)] = (label_of(bsym.sym), reason)
+    cudagraph.record_split(transform, list(found.values()))
+    return frozenset(found)
+
+
 def _fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]) -> list[list[BoundSymbol]]:
     adapted, graph = _adapt(trace)
     nodes = {id(inst): Node(0, [b], [0], 0, 0, BoundSymbolTag.BACKWARD in b.tags)
@@ -110,6 +131,13 @@ def _fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool])
     def fusible(inst: Instruction) -> bool:
         node = nodes[id(inst)]
         return node.group_bsyms[0] not in writers and bool(merge_func(node, node))
+
+    uncapturable = _uncapturable(adapted, graph, merge_func, fusible)
+    if uncapturable:
+        fusible_otherwise = fusible
+
+        def fusible(inst: Instruction) -> bool:
+            return id(inst) not in uncapturable and fusible_otherwise(inst)
 
     def can_fuse(a: Instruction, b: Instruction) -> bool:
         return bool(merge_func(nodes[id(a)], nodes[id(b)]))

@@ -60,7 +60,8 @@ def _widen_aliases(eff: Effects, num_outputs: int) -> Effects:
         return eff
     operands = {a.operand for a in eff.aliases if not a.of_output}
     widened = {Alias(j, k, True) for j in range(num_outputs) for k in operands}
-    return Effects(eff.operands, frozenset(widened | {a for a in eff.aliases if a.of_output}), eff.resources)
+    return Effects(eff.operands, frozenset(widened | {a for a in eff.aliases if a.of_output}), eff.resources,
+                   uncapturable=eff.uncapturable)
 
 
 @dataclass(frozen=True, slots=True)

@@ -233,7 +233,8 @@ class OpSpec:
             return None
         derived = derive(self.key)
         base = derived[0] if derived is not None else Effects()
-        return Effects(base.operands, base.aliases, frozenset(ResourceEffect(g.resource) for g in gens))
+        return Effects(base.operands, base.aliases, frozenset(ResourceEffect(g.resource) for g in gens),
+                       uncapturable=base.uncapturable)
 
     def __repr__(self) -> str:
         return f"<OpSpec {self.name}>"
