@@ -64,6 +64,7 @@ import thunder.torch as ltorch
 from ._thunder import SIGINFO
 from .adapter import AdaptedTrace, adapt_bsyms
 from .resolve import bsym_effects
+from .state import record_epilogue_writes
 
 __all__ = ["ThunderRules", "functionalize_for_grad", "Writeback", "NO_GRAD_UPDATE", "WRITEBACK"]
 
@@ -713,6 +714,7 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
     autograd = [w for w in writebacks if w.autograd]
     if autograd:
         _thread_writebacks(results, autograd)
+        record_epilogue_writes(frozenset(w.input.name for w in autograd))
     return results
 
 

@@ -303,11 +303,12 @@ def aliased_update(a, b, w):
     return (b * w).sum()
 
 
-def _aliased(view: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], tuple[Any, tuple[Any, ...]]]:
+def _aliased(view: Callable[[torch.Tensor], torch.Tensor],
+             fn: Callable[..., Any] = aliased_update) -> Callable[[], tuple[Any, tuple[Any, ...]]]:
     def make() -> tuple[Any, tuple[Any, ...]]:
         torch.manual_seed(0)
         x = torch.randn(3, 3)
-        return aliased_update, (x, view(x), _g(3, 3))
+        return fn, (x, view(x), _g(3, 3))
 
     return make
 
@@ -321,6 +322,17 @@ def _aliased_slices() -> tuple[Any, tuple[Any, ...]]:
     torch.manual_seed(0)
     x = torch.randn(3, 3)
     return aliased_slices, (x[:2], x[1:], _g(3, 3))
+
+
+def aliased_write_backs_only(a, b, w):
+    b.mul_(w)  # a and b share storage: their write-backs are all the forward does (no output reads them)
+    a.mul_(w)
+    return ()
+
+
+def plain_arg_takes_grad(b, w):
+    b.mul_(w)  # b does not require grad; its write-back does (autograd, in the epilogue); w's gradient needs old b
+    return b
 
 
 def _mlp_inplace() -> nn.Module:
@@ -429,6 +441,8 @@ CASES: tuple[Case, ...] = (
     Case("kv_cache", _fn(kv_cache, lambda: _g(2, 3), lambda: _g(2, 3), lambda: torch.zeros(4, 3)), calls=1),
     Case("mutate_then_return_input", _fn(mutate_then_return_input, X, W, lambda: torch.ones(3))),
     Case("dropout_p0", _fn(dropout_p0, X, W)),
+    Case("aliased_write_backs_only", _aliased(lambda x: x, aliased_write_backs_only), calls=1),
+    Case("plain_arg_takes_grad", _fn(plain_arg_takes_grad, X, W), calls=1),
     Case("aliased_same_tensor", _aliased(lambda x: x)),
     Case("aliased_transpose", _aliased(lambda x: x.t())),
     Case("aliased_flat_view", _aliased(lambda x: x.view(9)[:9].view(3, 3))),
