@@ -10,7 +10,8 @@ decision is made on the trace adapted to a neutral program (:mod:`thunder_ext.ad
   executors, nvFuser and the CUDA graph transform: :func:`effects.partition` groups fusible bound symbols with the
   compile option ``fusion_type`` as strategy, so effect edges (RAW, WAR, WAW, resource order, return) constrain
   the grouping and the order, not only data edges. In a joint forward-backward trace, writes (the argument
-  write-backs functionalization leaves) stay outside regions (:func:`_joint_trace_writers`). Regions bound for ``torch.compile`` are split around its bugs
+  write-backs functionalization leaves) stay outside regions (:func:`_joint_trace_writers`). Regions bound for
+  ``torch.compile`` are split around its bugs
   (:mod:`thunder_ext.inductor_guard`) and before reads of low-precision storage they wrote
   (:mod:`thunder_ext.rounding`).
 * :func:`dce` replaces ``transform_common.dce``: a bound symbol stays if the effect graph keeps it
@@ -83,8 +84,8 @@ class _KeptOut:
     bsyms: tuple[BoundSymbol, ...]
 
 
-_kept_out: contextvars.ContextVar[_KeptOut] = contextvars.ContextVar("thunder_effects_kept_out",
-                                                                    default=_KeptOut(frozenset(), ()))
+_kept_out: contextvars.ContextVar[_KeptOut] = contextvars.ContextVar(
+    "thunder_effects_kept_out", default=_KeptOut(frozenset(), ()))  # noqa: B039 - _KeptOut is frozen
 
 
 def _joint_trace_writers(adapted: AdaptedTrace, graph: DependencyGraph) -> tuple[BoundSymbol, ...]:
