@@ -2,9 +2,9 @@
 
 PyTorch already writes down what its ops do to memory, in the alias annotations of ``torch._C.FunctionSchema``:
 
-* ``Tensor(a!) self`` — the operand is **written** (``add_``). Keyword-only (``out=``) written operands and the destinations
-  of a short list of *blind writers* (``copy_``, ``fill_``, ``zero_``, the random fillers ``normal_``, ...) are
-  **pure writes**: they do not depend on the old contents. Every other written operand is read-write.
+* ``Tensor(a!) self`` — the operand is **written** (``add_``). Keyword-only (``out=``) written operands and the
+  destinations of a short list of *blind writers* (``copy_``, ``fill_``, ``zero_``, the random fillers ``normal_``,
+  ...) are **pure writes**: they do not depend on the old contents. Every other written operand is read-write.
 * ``Tensor(a!)[] self`` — every tensor of a list operand is written (``_foreach_add_``).
 * ``-> Tensor(a)`` / ``-> Tensor(a)[]`` — the output is a **view** of the operand annotated ``(a)``. A few ops
   (``reshape``, ``flatten``, ``contiguous``, ``to``, ...) view *only sometimes*; they are marked *may alias*.
@@ -142,7 +142,7 @@ def from_schema(schema: object) -> tuple[Effects, Signature]:
             operands.append(OperandEffect(i, Access.WRITE if blind else Access.READ_WRITE, arg.name))
         else:
             operands.append(OperandEffect(i, Access.READ, arg.name))
-    aliases = set()
+    aliases: set[Alias] = set()
     returns = _return_annotations(schema)
     for j, sets in enumerate(returns):
         may = name in MAY_VIEW or len(sets) > 1  # Tensor(b|a): a fresh tensor or a view of a
@@ -209,7 +209,7 @@ def schema_effects(spec: object, *, op: object = "<op>") -> tuple[Effects, Signa
             raise InvalidDeclaration(f"{op}: cannot parse the schema {spec!r}: {error}") from None
     if isinstance(spec, torch._C.FunctionSchema):
         _check_return_sets(spec, op)
-    found = derive(spec)  # type: ignore[arg-type]
+    found = derive(spec)
     if found is None:
         raise TypeError(f"{op}: effects must be Effects, a schema, or a mapping of operand lists; got {spec!r}")
     return found

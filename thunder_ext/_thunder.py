@@ -76,8 +76,8 @@ __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS", "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "LOOKASIDE_TABLE", "GRAD_TABLE",
            "LTORCH_COPY", "INTERPRET_CALL", "ADDITIONAL_OUTPUTS", "SIGINFO",
            "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS", "FLAT_PROXY_ARGS",
-           "REGION_FIELDS", "INPUT_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT", "RESOLVED", "FUSED", "RUNNER", "RUNNER_CALL",
-           "RUNNER_BUILD"]
+           "REGION_FIELDS", "INPUT_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT", "RESOLVED", "FUSED",
+           "RUNNER", "RUNNER_CALL", "RUNNER_BUILD"]
 
 _MISSING: Any = object()
 
@@ -206,5 +206,6 @@ RUNNER_CALL = Stash("call_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRu
 RUNNER_BUILD = Stash("build_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                      "the runner's graph build, bound on that runner: warm-up on clones of written inputs")
 
-STASHES: tuple[Stash, ...] = (INPUT_ALIASES, EPILOGUE_WRITES, REBOUND, DCE_FIXPOINT, RESOLVED, FUSED, RUNNER, RUNNER_CALL, RUNNER_BUILD)
+STASHES: tuple[Stash, ...] = (INPUT_ALIASES, EPILOGUE_WRITES, REBOUND, DCE_FIXPOINT, RESOLVED, FUSED, RUNNER,
+                              RUNNER_CALL, RUNNER_BUILD)
 """Every attribute thunder_ext attaches to Thunder objects (see the module docstring)."""

@@ -382,7 +382,7 @@ def _fresh_outputs(outputs: Any, static_inputs: Sequence[Any], args: Sequence[An
     """Static output buffers -> what eager would return: an output that *is* a static input is the caller's
     argument (the copy-back made it current); every other output is cloned, so the next replay cannot overwrite
     it (a view of an input loses its aliasing — values stay right)."""
-    argument_of = {id(s): a for s, a in zip(static_inputs, args) if isinstance(s, torch.Tensor)}
+    argument_of = {id(s): a for s, a in zip(static_inputs, args, strict=False) if isinstance(s, torch.Tensor)}
 
     def fresh(value: Any) -> Any:
         if not isinstance(value, torch.Tensor):

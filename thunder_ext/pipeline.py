@@ -88,8 +88,8 @@ class _KeptOut:
     bsyms: tuple[BoundSymbol, ...]
 
 
-_kept_out: contextvars.ContextVar[_KeptOut] = contextvars.ContextVar("thunder_effects_kept_out",
-                                                                    default=_KeptOut(frozenset(), ()))
+_kept_out: contextvars.ContextVar[_KeptOut] = contextvars.ContextVar(
+    "thunder_effects_kept_out", default=_KeptOut(frozenset(), ()))  # noqa: B039 - _KeptOut is frozen
 
 
 def _joint_trace_writers(adapted: AdaptedTrace, graph: DependencyGraph) -> tuple[BoundSymbol, ...]:
@@ -123,7 +123,7 @@ def _uncapturable(adapted: AdaptedTrace, graph: DependencyGraph, merge_func: Cal
 def _fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]) -> list[list[BoundSymbol]]:
     adapted, graph = _adapt(trace)
     nodes = {id(inst): Node(0, [b], [0], 0, 0, BoundSymbolTag.BACKWARD in b.tags)
-             for inst, b in zip(adapted.program.instructions, adapted.bsyms)}
+             for inst, b in zip(adapted.program.instructions, adapted.bsyms, strict=True)}
 
     writers = _joint_trace_writers(adapted, graph)
     _kept_out.set(_KeptOut(frozenset(map(id, writers)), writers))
@@ -143,7 +143,7 @@ def _fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool])
         return bool(merge_func(nodes[id(a)], nodes[id(b)]))
 
     strategy = get_compile_option("fusion_type", "Choose the type of fusion to use") or "consecutive"
-    parts = partition(graph, fusible, strategy=strategy, can_fuse=can_fuse)
+    parts = partition(graph, fusible, strategy=strategy, can_fuse=can_fuse)  # type: ignore[arg-type]  # checked there
     members: list[tuple[int, ...]] = [region.members for region in parts.regions]
     if inductor_guard.compiles_with_inductor(merge_func):
         members = inductor_guard.split_regions(adapted, graph, members)
@@ -211,8 +211,8 @@ class _DceFixpoint:
         return (self.args is trace.args and self.kwargs is trace.kwargs
                 and self.registry is registry and self.generation == registry.generation
                 and self.input_aliases == current_input_aliases() and len(bsyms) == len(self.bsyms)
-                and all(a is b for a, b in zip(bsyms, self.bsyms))
-                and all(b.subsymbols is s for b, s in zip(bsyms, self.subsymbols)))
+                and all(a is b for a, b in zip(bsyms, self.bsyms, strict=True))
+                and all(b.subsymbols is s for b, s in zip(bsyms, self.subsymbols, strict=True)))
 
 
 def _dce_result(trace: TraceCtx, bsyms: list[BoundSymbol], fixpoint: bool) -> TraceCtx:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import effects
-from effects import OPAQUE, Alias, DependentEffects, Effects, Instruction, Origin, compose, operand_values
+from effects import OPAQUE, Alias, DependentEffects, Effects, Instruction, Origin, Registry, compose, operand_values
 
 from thunder.core.symbol import BoundSymbol
 
@@ -80,7 +80,7 @@ class _Resolved:
     operands: tuple[Operand, ...]
     effects: Effects
 
-    def still_valid(self, bsym: BoundSymbol, registry: effects.Registry, generation: int) -> bool:
+    def still_valid(self, bsym: BoundSymbol, registry: Registry, generation: int) -> bool:
         return (self.registry is registry and self.generation == generation and self.sym is bsym.sym
                 and self.args is bsym.args and self.kwargs is bsym.kwargs and self.output is bsym.output
                 and self.subsymbols is bsym.subsymbols)
@@ -169,7 +169,7 @@ class Resolver:
         appearance: its declared effects, its operands and outputs, and each subsymbol's effects, operands and
         outputs. Two bound symbols with the same structure (Thunder's fresh copies of one op, the same op on
         other values) have the same effects (:data:`_composites`)."""
-        numbers: dict[str, int] = {}
+        numbers: dict[Hashable, int] = {}
 
         def canon(operand: Operand) -> object:
             if isinstance(operand, str):

@@ -35,7 +35,8 @@ def _fn(f: Callable[..., Any], *makers: Callable[[], torch.Tensor]) -> Callable[
     return make
 
 
-def _module(build: Callable[[], nn.Module], *makers: Callable[[], torch.Tensor]) -> Callable[[], tuple[Any, tuple[Any, ...]]]:
+def _module(build: Callable[[], nn.Module],
+            *makers: Callable[[], torch.Tensor]) -> Callable[[], tuple[Any, tuple[Any, ...]]]:
     def make() -> tuple[Any, tuple[Any, ...]]:
         torch.manual_seed(0)
         module = build()
@@ -510,15 +511,16 @@ def mismatches(case: Case, jit: Callable[[Any], Any], *, atol: float = 1e-4, rto
         return [f"eager raised {type(expected).__name__}: {expected}; the jitted call did not"]
     jo, js = run(case, jit)
     found = []
-    for call, (e_out, j_out, e_state, j_state) in enumerate(zip(eo, jo, es, js)):
+    for call, (e_out, j_out, e_state, j_state) in enumerate(zip(eo, jo, es, js, strict=True)):
         if len(e_out) != len(j_out):
             found.append(f"call {call}: {len(j_out)} outputs, eager {len(e_out)}")
-        for k, (e, j) in enumerate(zip(e_out, j_out)):
+        for k, (e, j) in enumerate(zip(e_out, j_out, strict=False)):
             if e.shape != j.shape or not torch.allclose(e, j, atol=atol, rtol=rtol):
                 found.append(f"call {call}: output {k} differs (max |diff| {_diff(e, j)})")
-        for (name, e), (_, j) in zip(e_state, j_state):
+        for (name, e), (_, j) in zip(e_state, j_state, strict=True):
             if (e is None) != (j is None):
-                found.append(f"call {call}: {name} is {'None' if j is None else 'set'} (eager: {'None' if e is None else 'set'})")
+                found.append(f"call {call}: {name} is {'None' if j is None else 'set'} "
+                             f"(eager: {'None' if e is None else 'set'})")
             elif e is not None and (e.shape != j.shape or not torch.allclose(e, j, atol=atol, rtol=rtol)):
                 found.append(f"call {call}: {name} differs (max |diff| {_diff(e, j)})")
     return found

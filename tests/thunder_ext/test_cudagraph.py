@@ -37,7 +37,7 @@ class _EmulatedGraph:
 
     def replay(self) -> None:
         fn, args, outs = self.recorded
-        for dst, src in zip(tree_leaves(outs), tree_leaves(fn(*args))):
+        for dst, src in zip(tree_leaves(outs), tree_leaves(fn(*args)), strict=True):
             dst.copy_(src)
 
 

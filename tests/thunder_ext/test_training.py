@@ -178,7 +178,7 @@ def test_gradcheck_float64(name: str):
 
     def wrt(*chosen):
         full = list(args)
-        for k, value in zip(differentiable, chosen):
+        for k, value in zip(differentiable, chosen, strict=True):
             full[k] = value
         return jfn(*full)
 
