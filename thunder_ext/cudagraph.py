@@ -263,7 +263,7 @@ def _storage_key(x: torch.Tensor) -> tuple[int, int] | None:
     """The storage ``x`` views, as a hashable key: (device index, address of the storage's first byte); ``None``
     when ``x`` has no bytes to share or no plain storage (sparse, nested, meta)."""
     try:
-        ptr = x.data_ptr() - x.storage_offset() * x.element_size()
+        ptr = x.data_ptr() - int(x.storage_offset()) * x.element_size()
     except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested, subclasses without a data pointer
         return None
     return (x.get_device(), ptr) if ptr else None
@@ -272,10 +272,10 @@ def _storage_key(x: torch.Tensor) -> tuple[int, int] | None:
 def _extent(x: torch.Tensor) -> tuple[int, int]:
     """The byte range of its storage ``x`` touches: (first byte, end)."""
     size = x.element_size()
-    start = x.storage_offset() * size
+    start = int(x.storage_offset()) * size
     if x.numel() == 0:
         return start, start
-    last = sum((n - 1) * s for n, s in zip(x.shape, x.stride()))
+    last = sum((int(n) - 1) * s for n, s in zip(x.shape, x.stride(), strict=True))
     return start, start + (last + 1) * size
 
 
@@ -362,7 +362,7 @@ def _aliased_copies(values: Sequence[Any], positions: frozenset[int],
     byte, base) of each such group."""
     out = list(values)
     bases = []
-    for group, (lo, hi) in zip(layout.groups, layout.spans):
+    for group, (lo, hi) in zip(layout.groups, layout.spans, strict=True):
         if not positions.intersection(group):
             continue
         first = values[group[0]]

@@ -112,7 +112,7 @@ def _uncapturable(adapted: AdaptedTrace, graph: DependencyGraph, merge_func: Cal
     if transform is None:
         return frozenset()
     found = {}
-    for i, (inst, bsym) in enumerate(zip(adapted.program.instructions, adapted.bsyms)):
+    for i, (inst, bsym) in enumerate(zip(adapted.program.instructions, adapted.bsyms, strict=True)):
         reason = cudagraph.uncapturable_reason(bsym, graph.effects(i))
         if reason is not None and fusible(inst):
             found[id(inst)] = (label_of(bsym.sym), reason)
