@@ -30,12 +30,13 @@ CASES = programs(ops=OPS, max_instructions=8, generators=0)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("check", [check_jit, check_jit_grad], ids=["values", "gradients"])
 @pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
 @settings(max_examples=8, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(case=CASES)
-def test_thunder_ext_jit_matches_eager(fusion_type, case):
+def test_thunder_ext_jit_matches_eager(fusion_type, check, case):
     try:
-        check_jit(case, executors=["torchcompile"], fusion_type=fusion_type)
+        check(case, executors=["torchcompile"], fusion_type=fusion_type)
     except ThunderUnsupported:
         assume(False)
 
@@ -60,13 +61,3 @@ def test_thunder_ext_jit_gradients_match_eager(case):
     except ThunderUnsupported:
         assume(False)
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
-@settings(max_examples=8, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(case=CASES)
-def test_thunder_ext_jit_gradients_match_eager_torchcompile(fusion_type, case):
-    try:
-        check_jit_grad(case, executors=["torchcompile"], fusion_type=fusion_type)
-    except ThunderUnsupported:
-        assume(False)
