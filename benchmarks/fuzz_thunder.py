@@ -1,7 +1,7 @@
 """Fuzz thunder_ext.jit against eager with many generated programs (torchcompile executor, CPU).
 
     python benchmarks/fuzz_thunder.py --examples 1000 [--fusion-type consecutive|dataflow|both] [--seed 0]
-                                      [--executor torchcompile|torch] [--name NAME]
+                                      [--executor torchcompile|torch] [--grad] [--name NAME]
 
 Draws programs from ``effects.testing.programs`` (the vocabulary of tests/thunder_ext/test_fuzz_jit.py: no
 generator-bound RNG ops), checks each with :func:`thunder_ext.testing.check_jit` under every selected fusion type
@@ -9,6 +9,11 @@ generator-bound RNG ops), checks each with :func:`thunder_ext.testing.check_jit`
 Thunder (with the distinct error messages), mismatches (each printed as a runnable program), seconds. Writes
 ``benchmarks/results/<NAME>.{json,md}`` (default name ``fuzz_thunder_<executor>_seed<seed>``). Exit status 1 if any
 mismatch.
+
+``--grad`` checks training instead (:func:`thunder_ext.testing.check_jit_grad`): every input base the program
+does not write requires grad, and returned values, inputs after the call and the gradients of a fixed weighting
+of the returned values must match eager (or, where eager's backward raises because a saved value was modified in
+place, the program's functional form run eagerly).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from effects.testing import VOCABULARY, Case, Mismatch, OpKind, programs
-from thunder_ext.testing import ThunderUnsupported, check_jit
+from thunder_ext.testing import ThunderUnsupported, check_jit, check_jit_grad
 
 # isort: split
 from benchmarks.common import environment, markdown_table, write_results
@@ -57,11 +62,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--executor", choices=["torchcompile", "torch"], default="torchcompile",
                         help="torch: no fusion executor (exercises reinplacing, on by default in thunder_ext.jit)")
-    parser.add_argument("--name", default=None, help="results file name (default fuzz_thunder_<executor>_seed<seed>)")
+    parser.add_argument("--grad", action="store_true", help="check gradients too (check_jit_grad)")
+    parser.add_argument("--name", default=None,
+                        help="results file name (default fuzz_thunder_<executor>[_grad]_seed<seed>)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     fusion_types = ["consecutive", "dataflow"] if args.fusion_type == "both" else [args.fusion_type]
     cases = draw_cases(args.examples, args.seed)
+    check = check_jit_grad if args.grad else check_jit
     counts = {f: dict.fromkeys(OUTCOMES, 0) for f in fusion_types}
     seconds = dict.fromkeys(fusion_types, 0.0)
     unsupported: collections.Counter[str] = collections.Counter()
@@ -71,7 +79,7 @@ def main() -> int:
         for fusion_type in fusion_types:
             began = time.perf_counter()
             try:
-                check_jit(case, executors=[args.executor], fusion_type=fusion_type)
+                check(case, executors=[args.executor], fusion_type=fusion_type)
                 outcome = "passed"
             except ThunderUnsupported as error:
                 outcome = "unsupported"
@@ -85,9 +93,10 @@ def main() -> int:
             print(f"  {k + 1}/{len(cases)} ({time.perf_counter() - start:.0f} s) {counts}", flush=True)
     elapsed = time.perf_counter() - start
     rows = [[f, len(cases), *(counts[f][o] for o in OUTCOMES), f"{seconds[f]:.0f}"] for f in fusion_types]
-    md = (f"thunder_ext.jit vs eager, executor `{args.executor}`, CPU, seed {args.seed} "
-          f"(`python benchmarks/fuzz_thunder.py --examples {args.examples} --fusion-type {args.fusion_type} "
-          f"--seed {args.seed} --executor {args.executor}`), wall time {elapsed:.0f} s.\n\n"
+    grad = " --grad" if args.grad else ""
+    md = (f"thunder_ext.jit vs eager{', with gradients,' if args.grad else ''} executor `{args.executor}`, CPU, "
+          f"seed {args.seed} (`python benchmarks/fuzz_thunder.py --examples {args.examples} --fusion-type "
+          f"{args.fusion_type} --seed {args.seed} --executor {args.executor}{grad}`), wall time {elapsed:.0f} s.\n\n"
           + markdown_table(["fusion type", "programs", *OUTCOMES, "seconds"], rows))
     if len(fusion_types) > 1:
         md += ("\n\nEach program runs under the fusion types in this order; a region identical to one compiled just "
@@ -100,7 +109,7 @@ def main() -> int:
         print(f"\nprogram {m['program']}, {m['fusion_type']}:\n{m['report']}")
     record = {"environment": environment("cpu"), "args": vars(args), "counts": counts, "seconds": seconds,
               "wall_seconds": elapsed, "unsupported": dict(unsupported), "mismatches": mismatches}
-    name = args.name or f"fuzz_thunder_{args.executor}_seed{args.seed}"
+    name = args.name or f"fuzz_thunder_{args.executor}{'_grad' if args.grad else ''}_seed{args.seed}"
     for path in write_results(name, record, "# Fuzzing thunder_ext.jit against eager\n\n" + md):
         print(f"wrote {path}")
     return 1 if mismatches else 0

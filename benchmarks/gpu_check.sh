@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check: the CUDA test subset and benchmark (b) on one CUDA device, in under 8 minutes.
+# GPU check: the CUDA test subset, the CUDA graph tests on real graphs, and benchmark (b) on one CUDA device, in
+# under 10 minutes.
 #
 # On a machine with internet (PyPI), prepare the wheelhouse .whl/ (git-ignored; carried to the GPU machine):
 #     benchmarks/gpu_check.sh --prepare
@@ -10,9 +11,13 @@
 # On the GPU machine, from the repository root:
 #     benchmarks/gpu_check.sh
 # Steps (each under its own timeout): install from .whl/ offline, `pytest -m cuda` (Triton kernels via the
-# torchcompile executor, the real CUDA graph transform, nvFuser when installed), then benchmark (b) on CUDA
+# torchcompile executor, the real CUDA graph transform, nvFuser when installed), the CUDA graph transform tests on
+# real CUDA graphs (tests/thunder_ext/test_cudagraph.py, emulated on CPU elsewhere: arguments sharing storage on the
+# first call, cache hits and changing aliasing, the un-graphed fallback, the cudagraph_unsafe split, the report;
+# EFFECTS_REAL_CUDA_GRAPHS=1 makes them fail rather than emulate), then benchmark (b) on CUDA
 # (eager, torch.compile, thunder.jit, thunder_ext.jit; in-process so compilations share caches). Everything is
-# written to benchmarks/results/ (gpu_check_env.txt, gpu_pytest.txt, models_cuda_<size>.{json,md}).
+# written to benchmarks/results/ (gpu_check_env.txt, gpu_pytest.txt, gpu_cudagraph.txt,
+# models_cuda_<size>.{json,md}).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -64,6 +69,10 @@ PY
 status=0
 timeout 170 python -m pytest -q -m cuda tests -p no:cacheprovider 2>&1 | tee "$RESULTS/gpu_pytest.txt" \
     || status=$?
+
+# --- the CUDA graph transform on real CUDA graphs --------------------------------------------------------------------
+EFFECTS_REAL_CUDA_GRAPHS=1 timeout 100 python -m pytest -q tests/thunder_ext/test_cudagraph.py -p no:cacheprovider \
+    2>&1 | tee "$RESULTS/gpu_cudagraph.txt" || status=$?
 
 # --- benchmark (b) on CUDA -------------------------------------------------------------------------------------
 timeout 210 python -m benchmarks.models --device cuda --size "$SIZE" --in-process --runs 30 \

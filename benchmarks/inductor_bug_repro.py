@@ -232,7 +232,7 @@ def compare(name: str, fn: Callable[..., object], make_inputs: Callable[[], list
     except Exception as error:  # noqa: BLE001 - a crash is reported like a wrong result
         print(f"FAIL  {name}\n      torch.compile raised {type(error).__name__}: {str(error).splitlines()[0]}")
         return False
-    ok = all(torch.equal(e, c) for e, c in zip(eager_args + list(eager), compiled_args + list(compiled)))
+    ok = all(torch.equal(e, c) for e, c in zip(eager_args + list(eager), compiled_args + list(compiled), strict=False))
     print(f"{'OK   ' if ok else 'WRONG'} {name}")
     if not ok:
         print(f"      eager    args={[t.tolist() for t in eager_args]} returns={[t.tolist() for t in eager]}")

@@ -259,7 +259,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
     }
     for label, pts in series.items():
         if pts:
-            ax.plot(*zip(*pts), marker="o", label=label)
+            ax.plot(*zip(*pts, strict=True), marker="o", label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("bound symbols in the trace (chain of in-place ops)")

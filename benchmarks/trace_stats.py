@@ -64,14 +64,14 @@ def inplace_chain(x: torch.Tensor) -> torch.Tensor:
 
 
 def sgd_step(params: list[torch.Tensor], grads: list[torch.Tensor], bufs: list[torch.Tensor]) -> None:
-    for p, g, b in zip(params, grads, bufs):
+    for p, g, b in zip(params, grads, bufs, strict=True):
         b.mul_(0.9).add_(g)
         p.add_(b, alpha=-0.01)
 
 
 def adam_step(params: list[torch.Tensor], grads: list[torch.Tensor], m: list[torch.Tensor],
               v: list[torch.Tensor]) -> None:
-    for p, g, mi, vi in zip(params, grads, m, v):
+    for p, g, mi, vi in zip(params, grads, m, v, strict=True):
         mi.mul_(0.9).add_(g, alpha=0.1)
         vi.mul_(0.999).addcmul_(g, g, value=0.001)
         p.addcdiv_(mi, vi.sqrt().add_(1e-8), value=-0.001)
@@ -133,8 +133,8 @@ def main() -> None:
     table = markdown_table(headers, rows)
     print("\n" + table)
     markdown = ("# Trace statistics: stock thunder.jit vs thunder_ext.jit (torchcompile, CPU)\n\n"
-                "Bound symbols in the final trace (return/unpack/del excluded), ops (a fusion region counted as the bound "
-                "symbols inside it), fusion regions, and "
+                "Bound symbols in the final trace (return/unpack/del excluded), ops (a fusion region counted as "
+                "the bound symbols inside it), fusion regions, and "
                 "`update_aliases` calls (initial + final trace).\n\n" + table)
     write_results("trace_stats", {"environment": environment("cpu"), "rows": record}, markdown)
 

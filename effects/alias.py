@@ -114,7 +114,7 @@ class StorageClasses:
             for other in members[1:]:
                 parent[find(other)] = find(members[0])
 
-        for inst, eff in zip(program.instructions, effects):
+        for inst, eff in zip(program.instructions, effects, strict=True):
             if eff.opaque:
                 operand_roots = [find(x) for op in inst.inputs for x in _operand_ids(op, ids, program)]
                 for value in inst.outputs:

@@ -89,7 +89,7 @@ def functional_overload(op: torch._ops.OpOverload) -> torch._ops.OpOverload | No
         return None
     if name.endswith("_") and not name.endswith("__"):
         packet = getattr(aten, name[:-1], None)
-        twin = getattr(packet, op._overloadname, None) if packet is not None else None
+        twin: torch._ops.OpOverload | None = getattr(packet, op._overloadname, None) if packet is not None else None
         if twin is not None and _signature(twin._schema) == _signature(schema):
             return twin
         return None
@@ -99,7 +99,7 @@ def functional_overload(op: torch._ops.OpOverload) -> torch._ops.OpOverload | No
     packet = getattr(aten, name, None)
     wanted = _signature(schema, outs)
     for overload in packet.overloads() if packet is not None else ():
-        candidate = getattr(packet, overload)
+        candidate: torch._ops.OpOverload = getattr(packet, overload)
         if candidate is not op and _signature(candidate._schema) == wanted:
             return candidate
     return None
@@ -195,7 +195,7 @@ class AtenRules(Rules, InplaceRules):
             return None  # the registry derives the twin's effects from its schema
         derived = derive(op)
         base = derived[0] if derived is not None else Effects()
-        return Effects(base.operands, base.aliases, inst.effects.resources)
+        return Effects(base.operands, base.aliases, inst.effects.resources, uncapturable=base.uncapturable)
 
     def scatter(self, index: int, inst: Instruction, output: int, base: Value, view: Value,
                 name: Value) -> Sequence[Instruction]:

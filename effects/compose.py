@@ -6,7 +6,7 @@ and its decomposition (an adapter's op with sub-instructions), a fused region of
 members' effects:
 
 * an **opaque** member makes the group opaque (unknown absorbs); **resources** are the union of the members'
-  (ordered wins);
+  (ordered wins); an **uncapturable** member makes the group uncapturable;
 * a value **reaches** an operand if it is one of the operand's values, or a member declares it a view (``may`` or
   definite) of a value that reaches the operand: a write through a view made inside the group is a write of the
   operand. Storage made inside the group (a fresh output, and its views) reaches no operand: writes to it are
@@ -54,9 +54,10 @@ def compose(
     (a fused region's inputs). With explicit operands, values from outside that are none of them are ignored.
     """
     given = operands is not None
+    listed: Sequence[Operand] = () if operands is None else operands
     reach: dict[Value, frozenset[int]] = {}
     if given:
-        for k, operand in enumerate(operands):
+        for k, operand in enumerate(listed):
             for v in operand_values(operand):
                 reach[v] = reach.get(v, _NOWHERE) | {k}
     own = dict(reach)
@@ -72,7 +73,7 @@ def compose(
     for m, (inst, eff) in enumerate(zip(instructions, effects, strict=True)):
         opaque = opaque or eff.opaque
         if opaque and given:
-            return OPAQUE, tuple(operands)
+            return OPAQUE, tuple(listed)
         plan = _PLANS.get(id(eff))
         if plan is None:
             plan = _plan(eff)
@@ -99,7 +100,7 @@ def compose(
             for out in inst.outputs:
                 if out not in made and out not in reach:
                     made[out] = None  # fresh storage of its own
-    ops = tuple(operands) if given else tuple(found)
+    ops = tuple(listed) if given else tuple(found)
     if opaque:
         return OPAQUE, ops
     aliases: set[Alias] = set()
@@ -120,7 +121,8 @@ def compose(
             accesses.append(OperandEffect(k, Access.READ))
         else:  # read-write when read no later than the first write: the old contents matter
             accesses.append(OperandEffect(k, Access.READ_WRITE if first_read.get(k, w + 1) <= w else Access.WRITE))
-    return Effects(tuple(accesses), frozenset(aliases), frozenset().union(*resources)), ops
+    uncapturable = any(e.uncapturable for e in effects)
+    return Effects(tuple(accesses), frozenset(aliases), frozenset().union(*resources), uncapturable=uncapturable), ops
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +183,8 @@ def _define_views(inst: Instruction, plan: _Plan, reach: dict[Value, frozenset[i
                 reach[out] = r if known is None else known | r
             if new[j]:  # only frozensets are stored here, so None means not yet
                 viewed = _storage(made, v) if v in made else _NOWHERE
-                known = made.get(out)
-                made[out] = viewed if known is None else known | viewed
+                had = made.get(out)
+                made[out] = viewed if had is None else had | viewed
     for j, out in enumerate(outs):
         if new[j] and out not in made:
             made[out] = None  # no view: fresh storage of its own
@@ -190,9 +192,9 @@ def _define_views(inst: Instruction, plan: _Plan, reach: dict[Value, frozenset[i
     for _ in pairs:  # as many rounds as pairs: sharing travels along any chain of pairs
         for a, b in pairs:
             storage = _storage(made, a) | _storage(made, b)
-            viewed = reach.get(a, _NOWHERE) | reach.get(b, _NOWHERE)
+            reached = reach.get(a, _NOWHERE) | reach.get(b, _NOWHERE)
             for out in (a, b):
-                if viewed:
-                    reach[out] = viewed
+                if reached:
+                    reach[out] = reached
                 if new[outs.index(out)]:
                     made[out] = storage

@@ -150,7 +150,7 @@ class DependentEffects:
 
     def _show(self, values: tuple[Any, ...]) -> str:
         names = [self.signature.name_of(p) if self.signature and isinstance(p, int) else None for p in self.on]
-        return ", ".join(f"{name or p}={v!r}" for name, p, v in zip(names, self.on, values))
+        return ", ".join(f"{name or p}={v!r}" for name, p, v in zip(names, self.on, values, strict=True))
 
     def __str__(self) -> str:
         return f"depends on constants {list(self.on)} (unknown: {self.unknown})"

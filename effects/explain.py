@@ -14,6 +14,7 @@ Costs: :func:`explain` is one breadth-first search (O(n + e)); the others are li
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from .edges import Edge, EdgeKind
@@ -55,7 +56,7 @@ def explain(graph: DependencyGraph, a: int, b: int) -> str:
     lines = [f"{graph.label(a)} must run before {graph.label(b)}:"]
     if len(steps) > 2:
         lines[0] = lines[0][:-1] + f" (through {len(steps) - 2} other instruction(s)):"
-    for u, w in zip(steps, steps[1:]):
+    for u, w in pairwise(steps):
         lines.extend(f"  {describe(graph, e)}" for e in graph.edges_between(u, w))
     return "\n".join(lines)
 

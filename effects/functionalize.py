@@ -309,11 +309,11 @@ class _Walk:
             return
         path = [node]
         while path[-1].parent is not None:
-            path.append(path[-1].parent)  # type: ignore[arg-type]
+            path.append(path[-1].parent)
         # the ancestors' values *before* this write, taken before anything changes
         befores = [self.current_of(v) for v in path[1:]]
         values = [new]
-        for child, before in zip(path, befores):
+        for child, before in zip(path, befores, strict=False):
             view_index, output, _ = child.view
             name = self.fresh(child.parent.name)  # type: ignore[union-attr]
             try:
@@ -329,7 +329,7 @@ class _Walk:
             values.append(name)
         values[-1] = self.commit(index, top, befores[-1], values[-1])
         version = top.version + 1
-        for v, current in zip(path, values):
+        for v, current in zip(path, values, strict=True):
             v.current, v.version = current, version
 
     def replace_root(self, top: _Node, before: Value, new: Value, index: int) -> None:
@@ -565,7 +565,7 @@ def functionalize(
         with gc_paused():
             _place_inputs(walk, program, tuple(input_views))
             step = walk.step
-            for index, (inst, eff) in enumerate(zip(program.instructions, effects)):
+            for index, (inst, eff) in enumerate(zip(program.instructions, effects, strict=True)):
                 step(index, inst, eff)
             epilogue = tuple((v, walk.current(v)) for v in (*program.inputs, *walk.synthetic)
                              if walk.nodes[v].parent is None and walk.nodes[v].version > 0)

@@ -56,7 +56,7 @@ from .alias import StorageClasses
 from .edges import Edge, EdgeKind
 from .errors import UndefinedValueError
 from .model import GLOBAL, Access, Effects, Resource
-from .program import Const, Instruction, Program, operand_values
+from .program import Const, Instruction, Program
 from .registry import Registry, Resolution, default_registry
 
 __all__ = ["EdgeKind", "Edge", "DependencyGraph", "HAZARD_RULES", "resolve_effects"]
@@ -241,7 +241,7 @@ class DependencyGraph:
         self.storage = storage
         """The alias analysis the graph was built on."""
         self._effects = effects
-        src, kind, cause = zip(*state.out) if state.out else ((), (), ())
+        src, kind, cause = zip(*state.out, strict=True) if state.out else ((), (), ())
         self._src: tuple[int, ...] = src
         self._kind: tuple[EdgeKind, ...] = kind
         self._cause: tuple[object, ...] = cause
@@ -383,7 +383,8 @@ class DependencyGraph:
 
     def _dst_list(self) -> list[int]:
         if self._dst is None:
-            start, dst = self._start, []
+            start = self._start
+            dst: list[int] = []
             for v in range(self.n + 1):
                 dst.extend((v,) * (start[v + 1] - start[v]))
             self._dst = dst

@@ -14,6 +14,10 @@ Design (after JAX ``jax/_src/effects.py`` and xDSL's ``EffectInstance``):
 * **Resources** are named and parametric (``rng[cpu]``, ``io``, ``comm[group0]``, ``global``). A
   :class:`ResourceEffect` is *ordered* (every ordered user of that resource keeps program order; RNG draws, prints,
   collectives) or *unordered* (the op may move freely but must not be deleted).
+* **Uncapturable** ops (``Effects.uncapturable``, from ``torch.Tag.cudagraph_unsafe``) must not run inside a captured
+  CUDA graph: a capture records device work only, so what such an op does besides (host work, synchronisation,
+  shape-dependent launches) would not happen on replay. It is a fact for graph-capturing passes only: it neither
+  orders nor keeps an op alive. :attr:`Effects.capturable` is false for uncapturable and for opaque ops.
 * :data:`PURE` has no effects; :data:`OPAQUE` is **unknown**: it reads and writes every operand and orders on the
   ``global`` barrier. Unknown is deliberately distinct from pure, and every consumer treats it as a full barrier.
 * :meth:`Effects.union` composes the effects of a group of ops seen from outside (a fused region): it is
@@ -234,6 +238,8 @@ class Effects:
     resources: frozenset[ResourceEffect] = frozenset()
     opaque: bool = False
     """Unknown effects: reads and writes every operand and orders on the ``global`` barrier."""
+    uncapturable: bool = False
+    """The op must not be captured into a CUDA graph (``torch.Tag.cudagraph_unsafe``); see :attr:`capturable`."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "operands", _merge_operands(self.operands))
@@ -244,11 +250,19 @@ class Effects:
             object.__setattr__(self, "operands", ())
             object.__setattr__(self, "aliases", frozenset())
             object.__setattr__(self, "resources", frozenset())
+        if self.opaque:
+            object.__setattr__(self, "uncapturable", False)  # opaque already is (see ``capturable``)
 
     # --- queries -------------------------------------------------------------------------------------------
     @property
     def is_pure(self) -> bool:
-        return not (self.opaque or self.operands or self.aliases or self.resources)
+        return not (self.opaque or self.operands or self.aliases or self.resources or self.uncapturable)
+
+    @property
+    def capturable(self) -> bool:
+        """Whether the op may run inside a captured CUDA graph: not declared uncapturable and not opaque (unknown
+        is never silently safe)."""
+        return not (self.opaque or self.uncapturable)
 
     def access(self, index: int) -> Access | None:
         """How operand ``index`` is accessed by the effect declaration (``None``: not at all).
@@ -305,6 +319,8 @@ class Effects:
         ordered = self.ordered_resources
         present = {r.resource for r in self.resources}
         missing += [str(r) for r in sorted(required.resources) if r.resource not in (ordered if r.ordered else present)]
+        if required.uncapturable and not self.uncapturable:
+            missing.append("uncapturable (the implementation may be captured into a CUDA graph)")
         return tuple(missing)
 
     def covers(self, required: Effects) -> bool:
@@ -322,6 +338,7 @@ class Effects:
             operands=_merge_operands(*(e.operands for e in group)),
             aliases=frozenset().union(*(e.aliases for e in group)),
             resources=_merge_resources(*(e.resources for e in group)),
+            uncapturable=any(e.uncapturable for e in group),
         )
 
     __or__ = union
@@ -343,6 +360,7 @@ class Effects:
                 if a.of_output or a.operand in positions
             ),
             resources=self.resources,
+            uncapturable=self.uncapturable,
         )
 
     def validate(self, signature: Signature, *, op: object = "<op>") -> Effects:
@@ -373,7 +391,7 @@ class Effects:
                     f"not a tensor ({param.kind.value}). Only tensors can be viewed."
                 )
             self._check_output(alias.output, signature, op, f"it is a view of operand {pos} ({param.name!r})")
-        return Effects(tuple(named), self.aliases, self.resources)
+        return Effects(tuple(named), self.aliases, self.resources, uncapturable=self.uncapturable)
 
     @staticmethod
     def _check_output(index: int, signature: Signature, op: object, claim: str) -> None:
@@ -393,6 +411,7 @@ class Effects:
         parts = [str(e) for e in self.operands]
         parts += [str(a) for a in sorted(self.aliases)]
         parts += [str(r) for r in sorted(self.resources)]
+        parts += ["uncapturable"] if self.uncapturable else []
         return ", ".join(parts) if parts else "pure"
 
 

@@ -324,17 +324,18 @@ def check_partition(graph: DependencyGraph, partitioning: Partitioning) -> None:
         m = owner.index(-1)
         raise OrderViolation(f"instruction {m} is in no region: {graph.label(m)}")
     src, dst, _, _ = graph.edge_lists()
-    broken = next((e for e, (a, b) in enumerate(zip(src, dst)) if b < n and owner[a] > owner[b]), None)
+    broken = next((e for e, (a, b) in enumerate(zip(src, dst, strict=True)) if b < n and owner[a] > owner[b]), None)
     if broken is None:
         return
     succ: list[list[int]] = [[] for _ in partitioning.regions]
-    for a, b in zip(src, dst):
+    for a, b in zip(src, dst, strict=True):
         if b < n and owner[a] != owner[b]:
             succ[owner[a]].append(owner[b])
     cycle = _find_cycle(succ)
     if cycle is not None:
         listing = "\n".join(
-            f"  region {k}: members {partitioning.regions[k].members!r}, first {graph.label(partitioning.regions[k].members[0])}"
+            f"  region {k}: members {partitioning.regions[k].members!r}, "
+            f"first {graph.label(partitioning.regions[k].members[0])}"
             for k in cycle)
         raise CycleError(f"contracting the regions creates a cycle through {len(cycle)} regions "
                          f"(each depends on the previous one, the last on the first):\n{listing}\n"

@@ -256,6 +256,8 @@ def _difference(old: Effects | DependentEffects, new: Effects | DependentEffects
         return "opaque vs " + ("declared effects" if old.opaque else "opaque")
     removed = [str(x) for x in (*old.operands, *old.aliases, *old.resources) if not _has(new, x)]
     added = [str(x) for x in (*new.operands, *new.aliases, *new.resources) if not _has(old, x)]
+    if old.uncapturable != new.uncapturable:
+        (removed if old.uncapturable else added).append("uncapturable")
     parts = [f"only in old: {', '.join(removed)}"] if removed else []
     parts += [f"only in new: {', '.join(added)}"] if added else []
     return "; ".join(parts)

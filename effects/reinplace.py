@@ -140,7 +140,7 @@ class InplaceRules:
 class Rewrite(NamedTuple):
     """Instruction ``index`` of the functional program, ``functional``, became ``inplace``."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index (public name, kept)
     functional: Instruction
     inplace: Instruction
 
@@ -153,7 +153,7 @@ class Note(NamedTuple):
     removed or kept: ``reason``, completed by the instruction that reads the storage later, if that is the reason
     (formatted only when asked for)."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index (public name, kept)
     instruction: Instruction | None
     reason: str
     reader: tuple[int, Instruction] | None = None
@@ -188,7 +188,7 @@ class _Later(NamedTuple):
     """Why a candidate is kept: instruction ``index`` reads ``x``'s storage after the write."""
 
     x: Value
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index
     instruction: Instruction
 
 
@@ -225,7 +225,7 @@ def reinplace(
     """
     effects = resolve_effects(functionalized.program, registry, effects_of)
     views = Program(tuple(input_views))
-    placed = tuple(zip(views.instructions, resolve_effects(views, registry, effects_of)))
+    placed = tuple(zip(views.instructions, resolve_effects(views, registry, effects_of), strict=True))
     with gc_paused():
         return _Reinplace(functionalized, effects, rules, meta, placed).run()
 
@@ -269,7 +269,7 @@ def _overlapping(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Whether some two indices may share a memory location (exact for dense and sliced layouts; other layouts
     answer "may")."""
     extent = 0
-    for stride, size in sorted((abs(st), s) for s, st in zip(shape, strides) if s > 1):
+    for stride, size in sorted((abs(st), s) for s, st in zip(shape, strides, strict=True) if s > 1):
         if stride <= extent:
             return True
         extent += (size - 1) * stride
@@ -565,6 +565,7 @@ class _Reinplace:
             return inst
         targets = inst.inputs[0]
         xs = operand_values(targets)
+        why: str | _Later
         if isinstance(targets, Const) or len(xs) != len(inst.outputs) or (
                 isinstance(targets, tuple) and len(xs) != len(targets)):
             why = "operand 0 does not hold one tensor per output"
@@ -574,7 +575,7 @@ class _Reinplace:
             self.kept.append(Note(i, inst, why) if isinstance(why, str) else
                              Note(i, inst, f"{why.x}'s storage is read later by", (why.index, why.instruction)))
             return inst
-        for x, y in zip(xs, inst.outputs):
+        for x, y in zip(xs, inst.outputs, strict=True):
             if y not in twin.outputs:
                 self.rename[y] = x
         self.rewritten.append(Rewrite(i, inst, twin))
@@ -582,7 +583,8 @@ class _Reinplace:
 
     def refusal(self, i: int, inst: Instruction, xs: tuple[Value, ...]) -> str | _Later:
         """Why ``inst`` must stay functional ("" if it may be rewritten; then the rewrite is committed)."""
-        pairs = tuple(zip(xs, inst.outputs))
+        pairs = tuple(zip(xs, inst.outputs, strict=True))
+        why: str | _Later
         for x, y in pairs:
             why = self.illegal(i, inst, x, y)
             if why:
@@ -603,7 +605,7 @@ class _Reinplace:
             why = self.walk(i, x, y, tentative, absorbed, merges)
             if why:
                 return why
-        for x, y in pairs:
+        for _, y in pairs:
             self.ident[y] = tentative[y]
         for j, inst_j, identity, base in absorbed:
             self.absorb(j, inst_j, identity, base, f"a no-op after [{i}] wrote {base}'s storage")

@@ -110,7 +110,7 @@ def _positions(graph: DependencyGraph, order: Sequence[int]) -> list[int]:
 
 def _first_violation(graph: DependencyGraph, pos: list[int]) -> int | None:
     src, dst, _, _ = graph.edge_lists()
-    for e, (a, b) in enumerate(zip(src, dst)):
+    for e, (a, b) in enumerate(zip(src, dst, strict=True)):
         if pos[a] >= pos[b]:
             return e
     return None

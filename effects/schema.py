@@ -2,9 +2,9 @@
 
 PyTorch already writes down what its ops do to memory, in the alias annotations of ``torch._C.FunctionSchema``:
 
-* ``Tensor(a!) self`` — the operand is **written** (``add_``). Keyword-only (``out=``) written operands and the destinations
-  of a short list of *blind writers* (``copy_``, ``fill_``, ``zero_``, the random fillers ``normal_``, ...) are
-  **pure writes**: they do not depend on the old contents. Every other written operand is read-write.
+* ``Tensor(a!) self`` — the operand is **written** (``add_``). Keyword-only (``out=``) written operands and the
+  destinations of a short list of *blind writers* (``copy_``, ``fill_``, ``zero_``, the random fillers ``normal_``,
+  ...) are **pure writes**: they do not depend on the old contents. Every other written operand is read-write.
 * ``Tensor(a!)[] self`` — every tensor of a list operand is written (``_foreach_add_``).
 * ``-> Tensor(a)`` / ``-> Tensor(a)[]`` — the output is a **view** of the operand annotated ``(a)``. A few ops
   (``reshape``, ``flatten``, ``contiguous``, ``to``, ...) view *only sometimes*; they are marked *may alias*.
@@ -13,7 +13,9 @@ PyTorch already writes down what its ops do to memory, in the alias annotations 
   derived effects :data:`~effects.model.OPAQUE`: such ops are never silently pure.
 * every tensor operand is **read** (a blind-write destination is not);
 * the tag ``nondeterministic_seeded`` adds an ordered effect on the RNG resource ``rng[default]`` (the device is
-  not known from a schema; using one key for all devices over-orders, never under-orders).
+  not known from a schema; using one key for all devices over-orders, never under-orders);
+* the tag ``cudagraph_unsafe`` makes the op **uncapturable** (:attr:`~effects.model.Effects.uncapturable`): a CUDA
+  graph transform must not capture it.
 
 :func:`derive` accepts ``OpOverload``, ``OpOverloadPacket`` (the union over its overloads), ops made by
 ``torch.library.custom_op(mutates_args=...)`` and raw ``FunctionSchema`` objects; anything else returns ``None``
@@ -40,7 +42,7 @@ from .model import (
     Signature,
 )
 
-__all__ = ["from_schema", "derive", "schema_effects", "RNG_DEFAULT", "BLIND_WRITERS", "MAY_VIEW"]
+__all__ = ["from_schema", "derive", "schema_effects", "RNG_DEFAULT", "BLIND_WRITERS", "MAY_VIEW", "CUDAGRAPH_UNSAFE"]
 
 RNG_DEFAULT = Resource("rng", "default")
 """The RNG resource used for schema-derived random ops (device unknown at schema level)."""
@@ -53,6 +55,9 @@ BLIND_WRITERS = frozenset(
 )
 """Ops whose mutated ``self`` is overwritten entirely without reading it (pure write). Partial overwrites
 (``fill_diagonal_``, ``index_fill_``, ``set_``, ``resize_``) keep the untouched part, so they stay read-write."""
+
+CUDAGRAPH_UNSAFE = "cudagraph_unsafe"
+"""The op tag (``torch.Tag.cudagraph_unsafe``) that makes derived effects uncapturable."""
 
 MAY_VIEW = frozenset({"reshape", "reshape_as", "flatten", "unflatten", "contiguous", "to", "type_as"})
 """Ops whose output is a view of the input only in some cases (may alias)."""
@@ -137,28 +142,31 @@ def from_schema(schema: object) -> tuple[Effects, Signature]:
             operands.append(OperandEffect(i, Access.WRITE if blind else Access.READ_WRITE, arg.name))
         else:
             operands.append(OperandEffect(i, Access.READ, arg.name))
-    aliases = set()
+    aliases: set[Alias] = set()
     returns = _return_annotations(schema)
     for j, sets in enumerate(returns):
         may = name in MAY_VIEW or len(sets) > 1  # Tensor(b|a): a fresh tensor or a view of a
         aliases.update(Alias(j, alias_sets[s], may=may) for s in sets if s in alias_sets)
     resources = set()
-    tags = getattr(schema, "_tags", None)
-    if tags is not None and "nondeterministic_seeded" in tags:
+    tags = getattr(schema, "_tags", None) or ()
+    if "nondeterministic_seeded" in tags:
         resources.add(ResourceEffect(RNG_DEFAULT, ordered=True))
     signature = Signature(tuple(params), len(returns))
     if writes_non_tensor:  # Generator(a!), Dict(...)(a!), t[](a!): a write the model cannot name; never pure
         return OPAQUE, signature
-    effects = Effects(tuple(operands), frozenset(aliases), frozenset(resources))
+    effects = Effects(tuple(operands), frozenset(aliases), frozenset(resources),
+                      uncapturable=CUDAGRAPH_UNSAFE in tags)
     return effects, signature
 
 
 @lru_cache(maxsize=None)
 def _derive_overload(op: object) -> tuple[Effects, Signature]:
     effects, signature = from_schema(op._schema)  # type: ignore[attr-defined]
-    tags = getattr(op, "tags", ())
-    if any(getattr(t, "name", str(t)) == "nondeterministic_seeded" for t in tags):
+    tags = {getattr(t, "name", str(t)) for t in getattr(op, "tags", ())}
+    if "nondeterministic_seeded" in tags:
         effects = effects | Effects(resources=frozenset({ResourceEffect(RNG_DEFAULT, True)}))
+    if CUDAGRAPH_UNSAFE in tags:
+        effects = effects | Effects(uncapturable=True)
     return effects, signature
 
 
@@ -201,7 +209,7 @@ def schema_effects(spec: object, *, op: object = "<op>") -> tuple[Effects, Signa
             raise InvalidDeclaration(f"{op}: cannot parse the schema {spec!r}: {error}") from None
     if isinstance(spec, torch._C.FunctionSchema):
         _check_return_sets(spec, op)
-    found = derive(spec)  # type: ignore[arg-type]
+    found = derive(spec)
     if found is None:
         raise TypeError(f"{op}: effects must be Effects, a schema, or a mapping of operand lists; got {spec!r}")
     return found

@@ -75,7 +75,7 @@ def verify(before: Program, after: Program, registry: Registry | None = None) ->
                 f"It must be kept: {_why_live(graph, i)}"
             )
     src, dst, _, _ = graph.edge_lists()
-    for e, (a, b) in enumerate(zip(src, dst)):
+    for e, (a, b) in enumerate(zip(src, dst, strict=True)):
         if b == n:
             continue
         pa, pb = pos[a], pos[b]

@@ -193,6 +193,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("argument updated in a CUDA graph", "transforms=[CUDAGraphTransform()]",
              lambda d: (scale_in_place, tuple(_seeded(d, (64,), (64,)))),
              lambda ex: {"executors": ["torch"], "transforms": [CUDAGraphTransform()]}, needs_cuda=True),
+    Scenario("f(x, x.t()) in a CUDA graph", "transforms=[CUDAGraphTransform()]", _make_transposed,
+             lambda ex: {"executors": ["torch"], "transforms": [CUDAGraphTransform()]}, needs_cuda=True),
 )
 """The matrix's rows; append a :class:`Scenario` to add one."""
 
@@ -361,8 +363,16 @@ class Report:
         return bad + [name for name, rows in self.models.items() for r in rows
                       if r.compiler == "thunder_ext.jit" and (r.error or (r.check is not None and not r.check.ok))]
 
-    def markdown(self, title: str) -> str:
-        parts = [f"# {title}", "## Correctness matrix", f"```\n{matrix_table(self.matrix)}\n```"]
+    def stock_wrong(self) -> str:
+        """How many matrix rows stock ``thunder.jit`` gets wrong (or fails) where ``thunder_ext.jit`` is right."""
+        wrong = sum(row["thunder.jit"].status != "ok" and row["thunder_ext.jit"].status == "ok"
+                    for row in self.matrix.values())
+        return (f"stock thunder.jit is wrong or fails where thunder_ext.jit is right in {wrong} of "
+                f"{len(self.matrix)} rows")
+
+    def markdown(self, title: str, command: str) -> str:
+        parts = [f"# {title}", f"`{command}`", "## Correctness matrix", f"```\n{matrix_table(self.matrix)}\n```",
+                 self.stock_wrong()]
         for name, rows in self.models.items():
             parts += [f"## {name}", f"```\n{table(rows)}\n```"]
             if line := ratios(rows):
@@ -383,9 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n== In-place programs vs eager (two calls each; --help explains the cells)", flush=True)
     report.matrix = run_matrix(device, executors_for(args.executor, device))
     print(matrix_table(report.matrix))
-    wrong = sum(row["thunder.jit"].status != "ok" and row["thunder_ext.jit"].status == "ok"
-                for row in report.matrix.values())
-    print(f"stock thunder.jit is wrong or fails where thunder_ext.jit is right in {wrong} of {len(SCENARIOS)} rows")
+    print(report.stock_wrong())
     available = {c.name: c for c in compilers(device, args.executor)}
     for name in args.models:
         model = MODELS[name]
@@ -401,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.save:
         record = {"environment": env, "executor": args.executor, "size": size, "matrix": report.matrix,
                   "results": report.models}
-        for path in write_results(args.save, record, report.markdown(title)):
+        command = " ".join(["python examples/demo.py", *(sys.argv[1:] if argv is None else argv)])
+        for path in write_results(args.save, record, report.markdown(title, command)):
             print(f"wrote {path}")
     if failures := report.ext_failures():
         print(f"thunder_ext.jit is wrong or fails on: {', '.join(failures)}")

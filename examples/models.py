@@ -343,7 +343,7 @@ def compare(
         if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
             return 1, [Mismatch(prefix, math.inf, f"expected a sequence of {len(expected)}, got {actual!r:.60}")]
         total, found = 0, []
-        for i, (e, a) in enumerate(zip(expected, actual)):
+        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
             n, m = compare(e, a, rtol, atol, f"{prefix}[{i}]")
             total, found = total + n, found + m
         return total, found

@@ -47,7 +47,7 @@ def run(jit, fn, make_args, fusion_type, **kwargs):
     expected = fn(*eager_args)
     jfn = jit(fn, executors=["torchcompile"], fusion_type=fusion_type, **kwargs)
     got = jfn(*args)
-    ok = all(torch.allclose(a, e) for a, e in zip(args, eager_args))
+    ok = all(torch.allclose(a, e) for a, e in zip(args, eager_args, strict=True))
     ok = ok and (expected is None or torch.allclose(got, expected))
     last = thunder.last_traces(jfn)[-1]
     fusions = sum(b.sym.is_fusion for b in last.bound_symbols)

@@ -9,7 +9,8 @@ operators there too.
 * Users: :func:`jit` (``thunder.jit`` with the effect-aware pipeline), :func:`install` / :func:`uninstall` /
   :func:`enabled` (make plain ``thunder.jit`` use it), :class:`EffectVerification` / :func:`verify_jitted`,
   :class:`Reinplace`, :func:`coverage` (how Thunder's symbols got their effects), :class:`CollectiveOrderError`
-  (ranks whose compiled collectives differ, :mod:`thunder_ext.certificate`).
+  (ranks whose compiled collectives differ, :mod:`thunder_ext.certificate`), :func:`cuda_graph_report` (what the
+  CUDA graph transform graphed, copied and split, :mod:`thunder_ext.cudagraph`).
 * Executor authors: :class:`OperatorExecutor`, :func:`register_operator`, :func:`register_implementation`,
   :func:`declare_effects` (:mod:`thunder_ext.plugin`), :func:`check_executor`, :class:`CheckEffects`
   (:mod:`thunder_ext.honesty`).
@@ -33,6 +34,7 @@ _REGISTRATIONS = declarations.register(effects.default_registry())
 
 from . import functionalize  # noqa: E402,F401  (declares its write-back operator at import)
 from .certificate import CollectiveOrderError  # noqa: E402
+from .cudagraph import CudaGraphFallback, CudaGraphReport, RegionReport, cuda_graph_report  # noqa: E402
 from .declarations import coverage  # noqa: E402
 from .honesty import CheckEffects, check_executor  # noqa: E402
 from .jit import enabled, install, jit, uninstall  # noqa: E402
@@ -51,7 +53,8 @@ __all__ = [
     "thunder",
     # users
     "jit", "install", "uninstall", "enabled", "EffectVerification", "verify_jitted", "Reinplace", "coverage",
-    "key_of", "impl_key", "CollectiveOrderError",
+    "key_of", "impl_key", "CollectiveOrderError", "cuda_graph_report", "CudaGraphReport", "RegionReport",
+    "CudaGraphFallback",
     # executor authors
     "OperatorExecutor", "register_operator", "register_implementation", "declare_effects", "check_executor",
     "CheckEffects", "DroppedEffectError",

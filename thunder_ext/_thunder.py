@@ -50,6 +50,8 @@ attribute                                   on                   holds
 ==========================================  ===================  ==============================================
 :data:`INPUT_ALIASES`                       ``CompileData``      groups of argument names sharing storage at
                                                                  run time
+:data:`EPILOGUE_WRITES`                     ``CompileData``      arguments the epilogue writes back after the
+                                                                 forward (autograd write-backs)
 :data:`REBOUND`                             ``CompileData``      the in-place metadata changes of the tracing in
                                                                  progress (rebinding)
 :data:`DCE_FIXPOINT`                        ``TraceCtx``         that DCE of this trace changes nothing
@@ -74,8 +76,8 @@ __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS", "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "LOOKASIDE_TABLE", "GRAD_TABLE",
            "LTORCH_COPY", "INTERPRET_CALL", "ADDITIONAL_OUTPUTS", "SIGINFO",
            "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS", "FLAT_PROXY_ARGS",
-           "REGION_FIELDS", "INPUT_ALIASES", "REBOUND", "DCE_FIXPOINT", "RESOLVED", "FUSED", "RUNNER", "RUNNER_CALL",
-           "RUNNER_BUILD"]
+           "REGION_FIELDS", "INPUT_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT", "RESOLVED", "FUSED",
+           "RUNNER", "RUNNER_CALL", "RUNNER_BUILD"]
 
 _MISSING: Any = object()
 
@@ -186,6 +188,8 @@ PRIVATE_NAMES: tuple[Private, ...] = (
 # --- attributes attached ------------------------------------------------------------------------------------
 INPUT_ALIASES = Stash("_thunder_effects_input_aliases", "thunder.common.CompileData",
                       "groups of argument names that share storage at run time (state.record_input_aliases)")
+EPILOGUE_WRITES = Stash("_thunder_effects_epilogue_writes", "thunder.common.CompileData",
+                        "names of the arguments the epilogue writes back after the forward (state)")
 REBOUND = Stash("_thunder_effects_rebound", "thunder.common.CompileData",
                 "in-place metadata changes of the tracing in progress: proxies rebound (rebinding)")
 DCE_FIXPOINT = Stash("_thunder_effects_dce_fixpoint", "thunder.core.trace.TraceCtx",
@@ -195,11 +199,13 @@ RESOLVED = Stash("_thunder_effects_resolved", "thunder.core.symbol.BoundSymbol",
 FUSED = Stash("_thunder_effects_fused", "thunder.core.symbol.BoundSymbol",
               "what a fusion was compiled from, so an unchanged one is not compiled again (_thunder_fast)")
 RUNNER = Stash("_thunder_effects_runner", "thunder.transforms.cudagraph.CUDAGraphRunner",
-               "an effect-aware runner's output option and the inputs each graph writes (cudagraph)")
+               "an effect-aware runner's output option, the inputs each graph writes, its plans (static bases per "
+               "shared storage) and decisions (cudagraph)")
 RUNNER_CALL = Stash("call_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                     "the runner's call, bound on that runner: copy-back of written arguments, fresh outputs")
 RUNNER_BUILD = Stash("build_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                      "the runner's graph build, bound on that runner: warm-up on clones of written inputs")
 
-STASHES: tuple[Stash, ...] = (INPUT_ALIASES, REBOUND, DCE_FIXPOINT, RESOLVED, FUSED, RUNNER, RUNNER_CALL, RUNNER_BUILD)
+STASHES: tuple[Stash, ...] = (INPUT_ALIASES, EPILOGUE_WRITES, REBOUND, DCE_FIXPOINT, RESOLVED, FUSED, RUNNER,
+                              RUNNER_CALL, RUNNER_BUILD)
 """Every attribute thunder_ext attaches to Thunder objects (see the module docstring)."""

@@ -171,7 +171,8 @@ def region(original: type, producers: Any, consumers: Any, bound_symbols: list[B
     inputs = [x for x in consumes.values() if not member(producers[x])]
     outputs = [x for x in produces.values() if any(not member(c) for c in consumers.get(x, ()))]
     order = first_appearance(bound_symbols, {x.name for x in inputs} | {x.name for x in outputs})
-    result = original.__new__(original)  # the fields of thunder_ext._thunder.REGION_FIELDS, set directly
+    # the fields of thunder_ext._thunder.REGION_FIELDS, set directly
+    result = original.__new__(original)  # type: ignore[call-overload]
     result.bound_symbols = bound_symbols
     result.inputs = OrderedSet(variableify(x) for x in sorted(inputs, key=lambda p: order[p.name]))
     result.outputs = OrderedSet(variableify(x) for x in sorted(outputs, key=lambda p: order[p.name]))

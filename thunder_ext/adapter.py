@@ -16,7 +16,7 @@ effects of each bound symbol resolved once per registry generation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,10 +61,10 @@ def adapt_bsyms(
 def _adapt_bsyms(bsyms: Iterable[BoundSymbol], args: Iterable[object], registry: effects.Registry | None,
                  input_aliases: Iterable[Iterable[str]]) -> AdaptedTrace:
     resolver = resolver_for(registry)
-    inputs: list[str] = []
-    defined: set[str] = set()
+    inputs: list[Hashable] = []
+    defined: set[Hashable] = set()
 
-    def define_input(name: str) -> None:
+    def define_input(name: Hashable) -> None:
         if name not in defined:
             defined.add(name)
             inputs.append(name)
@@ -105,7 +105,8 @@ def _adapt_bsyms(bsyms: Iterable[BoundSymbol], args: Iterable[object], registry:
             else:
                 outputs.append(name)
         if extra_aliases and not eff.opaque:
-            eff = Effects(eff.operands, eff.aliases | frozenset(extra_aliases), eff.resources)
+            eff = Effects(eff.operands, eff.aliases | frozenset(extra_aliases), eff.resources,
+                          uncapturable=eff.uncapturable)
         defined.update(outputs)
         instructions.append(Instruction(op_key(bsym), operands, tuple(outputs), eff))
         aligned.append(bsym)

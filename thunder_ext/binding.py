@@ -80,7 +80,7 @@ def _slot(param: inspect.Parameter, bound: dict[str, object]) -> _Slot:
         return _Slot("default", const=Const(None if default is inspect.Parameter.empty else _hashable(default)))
     value = bound[param.name]
     if param.kind is inspect.Parameter.VAR_POSITIONAL:
-        items = tuple(value)  # type: ignore[arg-type]
+        items: tuple[Any, ...] = tuple(value)  # type: ignore[arg-type]
         return _Slot("args_from", index=items[0].index if items else -1)
     if param.kind is inspect.Parameter.VAR_KEYWORD:
         return _Slot("kwargs", names=tuple(value))  # type: ignore[arg-type]
@@ -96,12 +96,13 @@ def _binding_plan(sym: Any, nargs: int, kwnames: tuple[str, ...]) -> tuple[_Slot
     (``None``: no signature, or the call does not bind). ``inspect.Signature.bind`` depends on that structure only,
     so it runs once per (symbol, structure), on placeholders."""
     key = (sym, nargs, kwnames)
+    cacheable = True
     try:
         return _plans[key]
     except KeyError:
         pass
     except TypeError:  # unhashable symbol: bind every time
-        key = None
+        cacheable = False
     plan: tuple[_Slot, ...] | None = None
     sig = python_signature(sym)
     if sig is not None:
@@ -112,7 +113,7 @@ def _binding_plan(sym: Any, nargs: int, kwnames: tuple[str, ...]) -> tuple[_Slot
             bound = None
         if bound is not None:
             plan = tuple(_slot(param, bound) for param in sig.parameters.values())
-    if key is not None:
+    if cacheable:
         _plans[key] = plan
     return plan
 

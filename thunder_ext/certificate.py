@@ -201,14 +201,15 @@ def _group_named(key: str) -> Any:
         return dist.group.WORLD
     from torch._C._distributed_c10d import _resolve_process_group  # what Thunder does for groups given by name
 
-    return _resolve_process_group(key)
+    return _resolve_process_group(key)  # type: ignore[arg-type]  # GroupName: a NewType of str
 
 
 def _diff(key: str, ranks: list[int], sequences: list[list[str]]) -> str:
     first = sequences[0]
     other = next(k for k, s in enumerate(sequences) if s != first)
     theirs = sequences[other]
-    index = next((i for i, (a, b) in enumerate(zip(first, theirs)) if a != b), min(len(first), len(theirs)))
+    index = next((i for i, (a, b) in enumerate(zip(first, theirs, strict=False)) if a != b),
+                 min(len(first), len(theirs)))
     a, b = ranks[0], ranks[other]
 
     def at(seq: list[str]) -> str:

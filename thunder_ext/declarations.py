@@ -207,7 +207,7 @@ def _schema_positions(schema: object, sig: inspect.Signature) -> dict[int, int]:
     be placed are left out; callers refuse a schema whose writes or views would land there."""
     names = list(sig.parameters)
     kinds = [p.kind for p in sig.parameters.values()]
-    positional = [n for n, k in zip(names, kinds)
+    positional = [n for n, k in zip(names, kinds, strict=True)
                   if k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     var_args = kinds.index(inspect.Parameter.VAR_POSITIONAL) if inspect.Parameter.VAR_POSITIONAL in kinds else None
     var_kwargs = kinds.index(inspect.Parameter.VAR_KEYWORD) if inspect.Parameter.VAR_KEYWORD in kinds else None
@@ -248,7 +248,7 @@ def _from_schema(sym: Symbol, torch_fns: list[object]) -> Effects | None:
             writes = [e for e in eff.operands if e.access.writes]
             if any(e.index not in mapping for e in writes) or any(a.operand not in mapping for a in eff.aliases):
                 continue  # cannot place a write or view on the Thunder signature: do not guess
-            moved = Effects(tuple(writes), eff.aliases, eff.resources).remap(mapping)
+            moved = Effects(tuple(writes), eff.aliases, eff.resources, uncapturable=eff.uncapturable).remap(mapping)
             result = moved if result is None else result | moved
     return result
 
@@ -293,7 +293,9 @@ def _build_tables() -> _Tables:
             continue
         key = impl_key(impl)
         eff = effects_by_key[implemented]
-        effects_by_key[key] = eff if key not in effects_by_key else effects_by_key[key] | eff
+        if key in effects_by_key:  # only Effects meet here: DependentEffects (collectives) have keys of their own
+            eff = effects_by_key[key] | eff  # type: ignore[operator, arg-type]
+        effects_by_key[key] = eff
         categories.setdefault(key, categories[implemented])
         signatures[key] = signature_of(impl)
     return _Tables(effects_by_key, categories, signatures)

@@ -48,8 +48,8 @@ from .functionalize import alias_groups_of, argument_tensors
 from .keys import python_signature
 from .opaque_torch import executor
 
-__all__ = ["SCALAR_TYPE_NAMES", "result_type_error", "checked_copy", "Overlap", "overlap_status", "PARTIAL_OVERLAP_MESSAGE",
-           "NO_PARTIAL_OVERLAP", "overlap_pairs", "check_overlaps", "guard_overlaps"]
+__all__ = ["SCALAR_TYPE_NAMES", "result_type_error", "checked_copy", "Overlap", "overlap_status",
+           "PARTIAL_OVERLAP_MESSAGE", "NO_PARTIAL_OVERLAP", "overlap_pairs", "check_overlaps", "guard_overlaps"]
 
 
 # --- in-place result types -------------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ class Overlap(enum.Enum):
 
 def _non_overlapping_and_dense(t: torch.Tensor) -> bool:
     expected = 1
-    for stride, size in sorted((s, n) for n, s in zip(t.shape, t.stride()) if n != 1):
+    for stride, size in sorted((s, n) for n, s in zip(t.shape, t.stride(), strict=True) if n != 1):
         if stride != expected:
             return False
         expected *= size
@@ -177,7 +177,7 @@ def overlap_pairs(adapted: AdaptedTrace, alias_groups: Iterable[frozenset[str]])
     for partial overlap. Sorted, without repeats."""
     group_of = {name: k for k, group in enumerate(alias_groups) for name in group}
     pairs: set[tuple[str, str]] = set()
-    for inst, bsym in zip(adapted.program.instructions, adapted.bsyms):
+    for inst, bsym in zip(adapted.program.instructions, adapted.bsyms, strict=True):
         eff = inst.effects
         if eff is None or eff.opaque or not eff.written:
             continue
@@ -187,8 +187,10 @@ def overlap_pairs(adapted: AdaptedTrace, alias_groups: Iterable[frozenset[str]])
             for k, operand in enumerate(inst.inputs):
                 if k == w or (k < len(names) and names[k] in SCALAR_PARAMETERS):
                     continue
-                pairs.update((a, b) for a in operand_values(inst.inputs[w]) for b in operand_values(operand)
-                             if a != b and a in group_of and group_of[a] == group_of.get(b))
+                pairs.update((a, b) for a in operand_values(inst.inputs[w])  # type: ignore[misc]  # names: str
+                             for b in operand_values(operand)
+                             if a != b and a in group_of
+                             and group_of[a] == group_of.get(b))  # type: ignore[call-overload]
     return tuple(sorted(pairs))
 
 
@@ -211,6 +213,6 @@ def guard_overlaps(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any])
     pairs = overlap_pairs(adapt(computation, input_aliases=aliased), aliased)
     check_overlaps(pairs, tensors)
     pro_to_comp = prologue.bound_symbols[-1].args[0][0]
-    proxy_of = {c.name: p for c, p in zip(computation.args, pro_to_comp) if isinstance(c, Proxy)}
+    proxy_of = {c.name: p for c, p in zip(computation.args, pro_to_comp, strict=False) if isinstance(c, Proxy)}
     checks = [NO_PARTIAL_OVERLAP.bind(proxy_of[w], proxy_of[r], output=None) for w, r in pairs]
     prologue.bound_symbols[-1:-1] = checks

@@ -64,6 +64,7 @@ import thunder.torch as ltorch
 from ._thunder import SIGINFO
 from .adapter import AdaptedTrace, adapt_bsyms
 from .resolve import bsym_effects
+from .state import record_epilogue_writes
 
 __all__ = ["ThunderRules", "functionalize_for_grad", "Writeback", "NO_GRAD_UPDATE", "WRITEBACK"]
 
@@ -73,8 +74,8 @@ def _no_grad_update_meta(old: TensorProxy, new: TensorProxy) -> TensorProxy:
     return prims.shallow_copy(new)
 
 
-NO_GRAD_UPDATE = Symbol(name="thunder_effects_no_grad_update", meta=_no_grad_update_meta, id="thunder_effects_no_grad_update",
-                        is_prim=False)
+NO_GRAD_UPDATE = Symbol(name="thunder_effects_no_grad_update", meta=_no_grad_update_meta,
+                        id="thunder_effects_no_grad_update", is_prim=False)
 """``old``'s storage now holds ``new`` by a write autograd does not record: the value is ``new``, the gradient
 flows to ``old`` unchanged (a composite of ``shallow_copy(new)`` with its own gradient rule)."""
 
@@ -103,8 +104,9 @@ def _alias_index_impl(*members: torch.Tensor) -> tuple[torch.Tensor, ...]:
     elements) of the first element at the same memory location."""
     offsets = []
     for m in members:
-        off = torch.full(tuple(m.shape), m.storage_offset(), dtype=torch.int64, device=m.device)
-        for d, (size, stride) in enumerate(zip(m.shape, m.stride())):
+        off = torch.full(tuple(m.shape), m.storage_offset(), dtype=torch.int64,  # type: ignore[arg-type]
+                         device=m.device)  # (an int: m is a real tensor)
+        for d, (size, stride) in enumerate(zip(m.shape, m.stride(), strict=True)):
             shape = [1] * m.ndim
             shape[d] = size
             off = off + (torch.arange(size, device=m.device) * stride).reshape(shape)
@@ -234,7 +236,7 @@ _UNDECOMPOSED_VIEWS: dict[Any, Callable[[BoundSymbol], list[BoundSymbol]]] = {
 """View symbols Thunder runs without a decomposition, as the view prims they amount to."""
 
 
-def _view_chain(bsym: BoundSymbol, parent: str, output: str) -> list[BoundSymbol] | None:
+def _view_chain(bsym: BoundSymbol, parent: Hashable, output: Hashable) -> list[BoundSymbol] | None:
     """The view prims leading from proxy ``parent`` to proxy ``output`` inside ``bsym`` (in order), or ``None``
     when the decomposition is not a chain of invertible view prims."""
     if not bsym.subsymbols and bsym.sym.id in _UNDECOMPOSED_VIEWS:
@@ -252,10 +254,10 @@ def _view_chain(bsym: BoundSymbol, parent: str, output: str) -> list[BoundSymbol
 
 
 def _inverse_slice(leaf: BoundSymbol, before: TensorProxy, new: TensorProxy) -> TensorProxy:
-    a, start, end = leaf.args[0], leaf.args[1], leaf.args[2]
+    a, start = leaf.args[0], leaf.args[1]  # args[2], the end, follows from start, strides and new.shape
     strides = leaf.args[3] if len(leaf.args) > 3 and leaf.args[3] is not None else [1] * a.ndim
     config = []
-    for length, lo, size, step in zip(a.shape, start, new.shape, strides):
+    for length, lo, size, step in zip(a.shape, start, new.shape, strides, strict=True):
         covered = lo + (size - 1) * step + 1 if size else lo
         config.append((lo, length - covered, step - 1))
     padded = _pad(new, config)
@@ -264,7 +266,8 @@ def _inverse_slice(leaf: BoundSymbol, before: TensorProxy, new: TensorProxy) -> 
 
 
 def _pad(t: TensorProxy, config: list[tuple[int, int, int]]) -> TensorProxy:
-    zero: Any = False if t.dtype is thunder.dtypes.bool8 else (0 if not thunder.dtypes.is_inexact_dtype(t.dtype) else 0.0)
+    zero: Any = (False if t.dtype is thunder.dtypes.bool8 else
+                 0 if not thunder.dtypes.is_inexact_dtype(t.dtype) else 0.0)
     if thunder.dtypes.is_complex_dtype(t.dtype):
         zero = 0j
     return prims.pad(t, zero, config)
@@ -301,7 +304,7 @@ class ThunderRules(Rules):
     """:class:`effects.functionalize.Rules` for an adapted Thunder trace (``adapted.bsyms[i]`` is instruction
     ``i``); ``grad_enabled[i]`` is the grad mode instruction ``i`` ran under."""
 
-    def __init__(self, adapted: AdaptedTrace, grad_enabled: Sequence[bool], proxies: Mapping[str, Proxy]) -> None:
+    def __init__(self, adapted: AdaptedTrace, grad_enabled: Sequence[bool], proxies: Mapping[Hashable, Proxy]) -> None:
         self.adapted = adapted
         self.grad_enabled = grad_enabled
         self.proxies = proxies
@@ -335,7 +338,7 @@ class ThunderRules(Rules):
             for leaf in chain[:-1]:  # the chain's intermediate views of the current base
                 values.append(_replay_prim(leaf, values[-1]))
             new = new_view
-            for leaf, before in zip(reversed(chain), reversed(values)):
+            for leaf, before in zip(reversed(chain), reversed(values), strict=True):
                 new = _inverse(leaf, before, new)
             return new
 
@@ -363,21 +366,22 @@ def _alias_base(*members: TensorProxy) -> TensorProxy:
     return ltorch.cat([ltorch.reshape(m, (-1,)) for m in members])
 
 
-def _synthetic_bases(groups: Sequence[frozenset[str]], inputs: Sequence[str]) -> tuple[list[Instruction], dict]:
+def _synthetic_bases(groups: Sequence[frozenset[Hashable]],
+                     inputs: Sequence[Hashable]) -> tuple[list[Instruction], dict]:
     """``input_views`` making every group of arguments that share storage views of one synthetic base (their
     elements concatenated; each argument gathers its elements at the positions of their memory locations' first
     occurrence, so a write through one is seen through the others), and per base name its members and index
     names."""
     views: list[Instruction] = []
-    bases: dict[str, list[tuple[str, str]]] = {}
+    bases: dict[Hashable, list[tuple[Hashable, str]]] = {}
     for k, group in enumerate(groups):
         members = [v for v in inputs if v in group]
         base, indices = f"__alias_base{k}", [f"__alias_index{k}_{j}" for j in range(len(members))]
         views.append(Instruction(Call(ALIAS_INDEX, "alias_index", raw=True), tuple(members), tuple(indices)))
         views.append(Instruction(Call(_alias_base, "alias_base"), tuple(members), (base,)))
         views += [Instruction(Call(_alias_gather, "alias_gather"), (base, index), (m,))
-                  for m, index in zip(members, indices)]
-        bases[base] = list(zip(members, indices))
+                  for m, index in zip(members, indices, strict=True)]
+        bases[base] = list(zip(members, indices, strict=True))
     return views, bases
 
 
@@ -386,17 +390,17 @@ def _replay_prim(leaf: BoundSymbol, source: TensorProxy) -> TensorProxy:
 
 
 # --- materializing the functional program -------------------------------------------------------------------
-def _swap_map(old: Iterable[Any], new: Iterable[Any], env: Mapping[str, Any],
-              proxies: Mapping[str, Proxy]) -> dict[Any, Proxy]:
+def _swap_map(old: Iterable[Any], new: Iterable[Any], env: Mapping[Hashable, Any],
+              proxies: Mapping[Hashable, Proxy]) -> dict[Any, Proxy]:
     swap = {}
-    for a, b in zip(old, new):
-        for x, y in zip(operand_values(a), operand_values(b)):
+    for a, b in zip(old, new, strict=False):
+        for x, y in zip(operand_values(a), operand_values(b), strict=False):
             if env[y] is not proxies[x]:
                 swap[variableify(proxies[x])] = env[y]
     return swap
 
 
-def _resolve(operand: Any, env: Mapping[str, Any]) -> Any:
+def _resolve(operand: Any, env: Mapping[Hashable, Any]) -> Any:
     if isinstance(operand, Const):
         return operand.value
     if isinstance(operand, tuple):
@@ -416,8 +420,8 @@ class Writeback:
     autograd: bool
 
 
-def _trace_proxies(trace: TraceCtx) -> dict[str, Proxy]:
-    found: dict[str, Proxy] = {}
+def _trace_proxies(trace: TraceCtx) -> dict[Hashable, Proxy]:
+    found: dict[Hashable, Proxy] = {}
 
     def visit(bsyms: Iterable[BoundSymbol]) -> None:
         for bsym in bsyms:
@@ -439,8 +443,8 @@ def _grad_modes(adapted: AdaptedTrace, start: bool, side_effects: set[int]) -> l
     nor for a kernel's side effect (``side_effects``, see :func:`_flatten_writers`)."""
     modes = []
     mode = start
-    detached: set[str] = set()
-    for bsym, inst in zip(adapted.bsyms, adapted.program.instructions):
+    detached: set[Hashable] = set()
+    for bsym, inst in zip(adapted.bsyms, adapted.program.instructions, strict=True):
         if bsym.sym.id == "set_grad_enabled":
             mode = bool(bsym.args[0])
         if bsym.sym.id is PrimIDs.COPY_ and "grad_enabled" in bsym.kwargs:
@@ -519,9 +523,9 @@ class _Build:
     trace: TraceCtx
     adapted: AdaptedTrace
     result: effects.Functionalized
-    proxies: Mapping[str, Proxy]
-    bases: Mapping[str, list[tuple[str, str]]]
-    written_under_grad: set[str]
+    proxies: Mapping[Hashable, Proxy]
+    bases: Mapping[Hashable, list[tuple[Hashable, str]]]
+    written_under_grad: set[Hashable]
     flat_args: Sequence[Any]
 
     def __call__(self, cloned: frozenset[str]) -> tuple[TraceCtx, tuple[Writeback, ...]]:
@@ -529,14 +533,14 @@ class _Build:
         adapted, proxies = self.adapted, self.proxies
         new = from_trace(self.trace)
         new.bound_symbols = list(adapted.prefix)
-        env: dict[str, Any] = {name: p for name, p in proxies.items() if name in adapted.program.inputs}
+        env: dict[Hashable, Any] = {name: p for name, p in proxies.items() if name in adapted.program.inputs}
         for name in sorted(cloned):
             env[name] = self.call(new, ltorch.clone, proxies[name])
         insts = adapted.program.instructions
-        for inst, (kind, index) in zip(self.result.program.instructions, self.result.origin):
+        for inst, (kind, index) in zip(self.result.program.instructions, self.result.origin, strict=True):
             if isinstance(inst.op, Call):
                 out = self.call(new, inst.op.fn, *(_resolve(o, proxies if inst.op.raw else env) for o in inst.inputs))
-                env.update(zip(inst.outputs, [out] if isinstance(out, Proxy) else list(out)))
+                env.update(zip(inst.outputs, [out] if isinstance(out, Proxy) else list(out), strict=False))
                 continue
             bsym = adapted.bsyms[index]
             swap = _swap_map(insts[index].inputs, inst.inputs, env, proxies)
@@ -545,13 +549,13 @@ class _Build:
                 env.update((name, proxies[name]) for name in inst.outputs if name in proxies)
                 continue
             assert kind == "replay", kind
-            args, kwargs = tree_map(lambda x: swap.get(variableify(x), x) if isinstance(x, Proxy) else x,
+            args, kwargs = tree_map(lambda x, swap=swap: swap.get(variableify(x), x) if isinstance(x, Proxy) else x,
                                     (bsym.args, bsym.kwargs))
             outs, _ = tree_flatten(self.call(new, bsym.sym, *args, **kwargs))
-            env.update(zip(inst.outputs, [o for o in outs if isinstance(o, Proxy)]))
+            env.update(zip(inst.outputs, [o for o in outs if isinstance(o, Proxy)], strict=False))
         writebacks = self.write_back(new, env, _requiring_grad(new.bound_symbols, self.flat_args))
         returns = {variableify(proxies[old]): env[name]
-                   for old, name in zip(adapted.program.returns, self.result.program.returns)}
+                   for old, name in zip(adapted.program.returns, self.result.program.returns, strict=False)}
         assert adapted.return_bsym is not None
         new.bound_symbols.append(adapted.return_bsym.from_bsym_swap_proxies(returns))
         new.set_provenance(TraceProvenance("Effect functionalization for autograd (thunder-effects)"))
@@ -566,7 +570,7 @@ class _Build:
         trace.bound_symbols += trace.pop_scope()
         return out
 
-    def write_back(self, new: TraceCtx, env: Mapping[str, Any], grad: set[str]) -> tuple[Writeback, ...]:
+    def write_back(self, new: TraceCtx, env: Mapping[Hashable, Any], grad: set[str]) -> tuple[Writeback, ...]:
         """Every written argument's final value (a synthetic base's, per member); data write-backs as
         ``prims.copy_`` at the end of ``new``. ``grad``: the names of the values that require grad."""
         finals = []
@@ -613,12 +617,12 @@ def _requiring_grad(bsyms: Sequence[BoundSymbol], args: Sequence[Any]) -> set[st
     return grad
 
 
-def _written_under_grad(adapted: AdaptedTrace, modes: Sequence[bool]) -> set[str]:
+def _written_under_grad(adapted: AdaptedTrace, modes: Sequence[bool]) -> set[Hashable]:
     """Inputs whose storage some instruction writes under grad mode."""
     graph = effects.DependencyGraph.build(adapted.program)
     storage = graph.storage
     inputs = adapted.program.inputs
-    found: set[str] = set()
+    found: set[Hashable] = set()
     for i in range(graph.n):
         if modes[i]:
             written = graph.written_storage(i)
@@ -643,7 +647,7 @@ def argument_tensors(prologue: TraceCtx, computation: TraceCtx, args: Sequence[A
                      kwargs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """The call's strided tensors by the name of the computation argument they become: each computation argument
     is traced back through the prologue's ``unpack_getitem`` chain to its place in the call's ``(args, kwargs)``."""
-    paths: dict[str, tuple[Any, ...]] = {}
+    paths: dict[str | None, tuple[Any, ...]] = {}
     for bsym in prologue.bound_symbols:
         if bsym.sym.id is PrimIDs.UNPACK_TRIVIAL and bsym.output is not None:
             name = getattr(bsym.output, "name", None)
@@ -659,7 +663,7 @@ def argument_tensors(prologue: TraceCtx, computation: TraceCtx, args: Sequence[A
             tensors[path] = leaf
     pro_to_comp = prologue.bound_symbols[-1].args[0][0]
     found: dict[str, torch.Tensor] = {}
-    for comp_arg, pro_arg in zip(computation.args, pro_to_comp):
+    for comp_arg, pro_arg in zip(computation.args, pro_to_comp, strict=False):
         tensor = tensors.get(paths.get(getattr(pro_arg, "name", None), ()))
         if tensor is not None and isinstance(comp_arg, Proxy):
             found[comp_arg.name] = tensor
@@ -710,6 +714,7 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
     autograd = [w for w in writebacks if w.autograd]
     if autograd:
         _thread_writebacks(results, autograd)
+        record_epilogue_writes(frozenset(w.input.name for w in autograd))
     return results
 
 
@@ -745,7 +750,7 @@ def _thread_writebacks(results: Any, writebacks: Sequence[Writeback]) -> None:
     computation, prologue, epilogue = results.computation_trace, results.prologue_trace, results.epilogue_trace
     outputs = tuple(computation.bound_symbols[-1].args[0])
     position = {id(out): k for k, out in reversed(list(enumerate(outputs)))}
-    extra = []
+    extra: list[Any] = []
     for w in writebacks:
         if id(w.final) not in position:
             position[id(w.final)] = len(outputs) + len(extra)
@@ -767,9 +772,10 @@ def _thread_writebacks(results: Any, writebacks: Sequence[Writeback]) -> None:
     body = list(epilogue.bound_symbols)
     ep_return = body.pop()
     writes = [WRITEBACK.bind(ep_input, comp_params[position[id(w.final)]], output=None)
-              for w, ep_input in zip(writebacks, ep_inputs)]
+              for w, ep_input in zip(writebacks, ep_inputs, strict=True)]
     # a returned final value is the input itself after the write-back (eager returns the mutated tensor)
-    same = {variableify(comp_params[position[id(w.final)]]): ep_input for w, ep_input in zip(writebacks, ep_inputs)}
+    same = {variableify(comp_params[position[id(w.final)]]): ep_input
+            for w, ep_input in zip(writebacks, ep_inputs, strict=True)}
     epilogue.bound_symbols = unpacks + body + writes + [ep_return.from_bsym_swap_proxies(same)]
     epilogue.args = new_args
     SIGINFO.get(epilogue).args = [(p.name, None) for p in new_args]

@@ -353,7 +353,7 @@ def _stale_buffer_hazard(facts: _ProgramFacts, members: Sequence[int]) -> Hazard
         through a scatter only when it is a no-op (``x[0:2] = 0`` on two rows), never through a partial one."""
         extents = [facts.numel(v) for v in values_of[storage(view)]]
         n = facts.numel(view)
-        return n is None or None in extents or n >= max(extents)  # type: ignore[type-var]
+        return n is None or None in extents or n >= max(extents)  # type: ignore[operator, type-var]
 
     def current(c: int) -> _Contents:
         found = contents.get(c)

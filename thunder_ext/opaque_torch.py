@@ -24,8 +24,9 @@ extension points:
 Lookaside and method entries are new entries in Thunder's tables, so they are added and removed by
 :mod:`thunder_ext._patches` (held while a ``thunder_ext.jit`` function runs or between ``install``/``uninstall``).
 The operators run only where :data:`executor` is among the compilation's ``executors``: :func:`thunder_ext.jit`
-adds it, :func:`thunder_ext.install` makes it a default executor, and otherwise the dispatcher says so. Only Thunder-visible torch functions not already
-mapped by Thunder are replaced (:func:`supported` lists them), so nothing Thunder can trace changes.
+adds it, :func:`thunder_ext.install` makes it a default executor, and otherwise the dispatcher says so. Only
+Thunder-visible torch functions not already mapped by Thunder are replaced (:func:`supported` lists them), so
+nothing Thunder can trace changes.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ from ._thunder import LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
 from .plugin import OperatorExecutor
 
 __all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "supported", "operator_for", "derived_methods",
-           "opaque_method", "DERIVED_FUNCTIONS", "FUNCTIONAL_TWINS", "METADATA_METHODS", "AUTOGRAD_STATE", "RANDOM_FILLS", "native_lookaside", "inplace_name", "register_opaque",
+           "opaque_method", "DERIVED_FUNCTIONS", "FUNCTIONAL_TWINS", "METADATA_METHODS", "AUTOGRAD_STATE",
+           "RANDOM_FILLS", "native_lookaside", "inplace_name", "register_opaque",
            "INPLACE_OPERATORS",
            "executors_with", "lookasides", "methods"]
 
@@ -327,8 +329,8 @@ def lookasides() -> dict[Callable[..., Any], Callable[..., Any]]:
         table[torch_fn] = native_lookaside(fn)
     for name in _INPLACE_FUNCTIONS:
         table[getattr(torch, name)] = native_lookaside(_method_call(name))
-    for dunder, method in INPLACE_OPERATORS.items():
-        table[getattr(Proxy, dunder)] = native_lookaside(_inplace_operator(dunder, method))
+    for dunder, method_name in INPLACE_OPERATORS.items():
+        table[getattr(Proxy, dunder)] = native_lookaside(_inplace_operator(dunder, method_name))
     return table
 
 

@@ -65,7 +65,8 @@ def write_out(label: str, out: Any, result: Any) -> Any:
     outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
     results = tuple(result) if isinstance(result, (tuple, list)) else (result,)
     if len(outs) != len(results) or any(
-            not isinstance(o, TensorProxy) or tuple(o.shape) != tuple(r.shape) for o, r in zip(outs, results)):
+            not isinstance(o, TensorProxy) or tuple(o.shape) != tuple(r.shape)
+            for o, r in zip(outs, results, strict=True)):
         shapes = [tuple(o.shape) if isinstance(o, TensorProxy) else type(o).__name__ for o in outs]
         raise OutShapeError(
             f"{label}(..., out=...): out has shape {shapes[0] if len(shapes) == 1 else shapes}, the result "
@@ -74,7 +75,7 @@ def write_out(label: str, out: Any, result: Any) -> Any:
             "use the returned value instead of out=."
         )
     copy = LTORCH_COPY.get()
-    written = tuple(copy(o, r) for o, r in zip(outs, results))
+    written = tuple(copy(o, r) for o, r in zip(outs, results, strict=True))
     return written if isinstance(out, (tuple, list)) else written[0]
 
 
@@ -101,7 +102,7 @@ def _out_aware(original: Callable[..., Any], label: str, sym: Callable[..., Any]
 def out_functions() -> dict[Callable[..., Any], Callable[..., Any]]:
     """The torch functions Thunder maps (to a symbol, or a wrapper choosing one) whose ATen op has an ``out=``
     overload."""
-    found = {}
+    found: dict[Any, Callable[..., Any]] = {}
     for fn, sym in TORCH_FUNCTION_MAP.get().items():
         name = getattr(fn, "__name__", None)
         if not isinstance(name, str) or getattr(torch, name, None) is not fn:
@@ -121,7 +122,7 @@ def lookasides(current: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[...
     for fn, sym in out_functions().items():
         if fn in current:
             table[fn] = _out_aware(current[fn], f"torch.{fn.__name__}", sym)
-    for name, method in _METHODS.items():
+    for method in _METHODS.values():
         table[method] = native_lookaside(record_source_loc_in_symbol_header(method))
     return table
 

@@ -9,7 +9,12 @@ decision is made on the trace adapted to a neutral program (:mod:`thunder_ext.ad
 * :func:`fuse_bound_symbols` replaces ``data_dependent_partition.fuse_bound_symbols`` for the torchcompile
   executors, nvFuser and the CUDA graph transform: :func:`effects.partition` groups fusible bound symbols with the
   compile option ``fusion_type`` as strategy, so effect edges (RAW, WAR, WAW, resource order, return) constrain
-  the grouping and the order, not only data edges. Regions bound for ``torch.compile`` are split around its bugs
+  the grouping and the order, not only data edges. In a joint forward-backward trace, writes (the argument
+  write-backs functionalization leaves) stay outside regions (:func:`_joint_trace_writers`). For the CUDA graph
+  transform, ops that must not be captured (:attr:`effects.Effects.capturable` is false:
+  ``torch.Tag.cudagraph_unsafe``, unknown effects) are not fusible, so the graphed region is split there
+  (:func:`thunder_ext.cudagraph.uncapturable_reason`, recorded for :func:`thunder_ext.cudagraph.cuda_graph_report`).
+  Regions bound for ``torch.compile`` are split around its bugs
   (:mod:`thunder_ext.inductor_guard`) and before reads of low-precision storage they wrote
   (:mod:`thunder_ext.rounding`).
 * :func:`dce` replaces ``transform_common.dce``: a bound symbol stays if the effect graph keeps it
@@ -29,7 +34,8 @@ decision is made on the trace adapted to a neutral program (:mod:`thunder_ext.ad
   for every producer/consumer fusion pair where recomputation could observe a write or repeat a collective: the
   producer writes anything (also internally) or contains a collective, or the producer's inputs share storage
   with something written by an instruction from the producer through the consumer
-  (:meth:`effects.DependencyGraph.written_storage`).
+  (:meth:`effects.DependencyGraph.written_storage`), or the producer reads an argument the epilogue writes back
+  after the forward (:func:`thunder_ext.state.current_epilogue_writes`: the backward would read it changed).
 
 Costs: one adaptation and one graph build per call, O(bound symbols + operand uses), except a DCE fixpoint
 (O(bound symbols) identity checks) and :func:`unsafe_remat_pairs` (O(fusions × instructions) set tests).
@@ -53,12 +59,13 @@ from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 from thunder.executors.data_dependent_partition import Node
 
-from . import collectives, inductor_guard, rounding
+from . import collectives, cudagraph, inductor_guard, rounding
 from ._thunder import DCE_FIXPOINT
 from ._thunder_fast import DontDce, dedup_number_proxies, proxy_arg_names, proxy_outs, with_bound_symbols
 from .adapter import AdaptedTrace, adapt
+from .keys import label_of
 from .resolve import bsym_effects, effects_lookup
-from .state import current_input_aliases
+from .state import current_epilogue_writes, current_input_aliases
 
 __all__ = ["fuse_bound_symbols", "dce", "rematerialize", "find_cut", "unsafe_remat_pairs", "can_fuse", "sort_waits"]
 
@@ -76,20 +83,70 @@ def fuse_bound_symbols(original: Callable[..., Any], trace: TraceCtx,
         return _fuse_bound_symbols(trace, merge_func)
 
 
+@dataclass(frozen=True, slots=True)
+class _KeptOut:
+    """Bound symbols of the last partition that no fusion may take (held, so that their ids stay theirs)."""
+
+    ids: frozenset[int]
+    bsyms: tuple[BoundSymbol, ...]
+
+
+_kept_out: contextvars.ContextVar[_KeptOut] = contextvars.ContextVar(
+    "thunder_effects_kept_out", default=_KeptOut(frozenset(), ()))  # noqa: B039 - _KeptOut is frozen
+
+
+def _joint_trace_writers(adapted: AdaptedTrace, graph: DependencyGraph) -> tuple[BoundSymbol, ...]:
+    """The bound symbols that write, when ``adapted`` is a joint forward-backward trace (Thunder fuses before it
+    splits one; the split keeps in the forward what the forward's outputs need and bare ``copy_`` into forward
+    values, so a fusion holding a write-back that nothing reads afterwards would move to the backward, and never
+    run without one). Empty for any other trace."""
+    ret = adapted.return_bsym
+    returned = ret.args[0] if ret is not None and ret.args else None
+    if not (isinstance(returned, dict) and "fw_flat_out" in returned):
+        return ()
+    return tuple(b for i, b in enumerate(adapted.bsyms) if graph.written_storage(i) != frozenset())
+
+
+def _uncapturable(adapted: AdaptedTrace, graph: DependencyGraph, merge_func: Callable[[Any, Any], bool],
+                  fusible: Callable[[Instruction], bool]) -> frozenset[int]:
+    """For a CUDA graph transform's pass: ids of the fusible instructions that must not be captured (recorded with
+    the reason on the transform's runner, for :func:`thunder_ext.cudagraph.cuda_graph_report`); else empty."""
+    transform = cudagraph.transform_of(merge_func)
+    if transform is None:
+        return frozenset()
+    found = {}
+    for i, (inst, bsym) in enumerate(zip(adapted.program.instructions, adapted.bsyms, strict=True)):
+        reason = cudagraph.uncapturable_reason(bsym, graph.effects(i))
+        if reason is not None and fusible(inst):
+            found[id(inst)] = (label_of(bsym.sym), reason)
+    cudagraph.record_split(transform, list(found.values()))
+    return frozenset(found)
+
+
 def _fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]) -> list[list[BoundSymbol]]:
     adapted, graph = _adapt(trace)
     nodes = {id(inst): Node(0, [b], [0], 0, 0, BoundSymbolTag.BACKWARD in b.tags)
-             for inst, b in zip(adapted.program.instructions, adapted.bsyms)}
+             for inst, b in zip(adapted.program.instructions, adapted.bsyms, strict=True)}
+
+    writers = _joint_trace_writers(adapted, graph)
+    _kept_out.set(_KeptOut(frozenset(map(id, writers)), writers))
 
     def fusible(inst: Instruction) -> bool:
         node = nodes[id(inst)]
-        return bool(merge_func(node, node))
+        return node.group_bsyms[0] not in writers and bool(merge_func(node, node))
+
+    uncapturable = _uncapturable(adapted, graph, merge_func, fusible)
+    if uncapturable:
+        fusible_otherwise = fusible
+
+        def fusible(inst: Instruction) -> bool:
+            return id(inst) not in uncapturable and fusible_otherwise(inst)
 
     def can_fuse(a: Instruction, b: Instruction) -> bool:
         return bool(merge_func(nodes[id(a)], nodes[id(b)]))
 
     strategy = get_compile_option("fusion_type", "Choose the type of fusion to use") or "consecutive"
-    parts = partition(graph, fusible, strategy=strategy, can_fuse=can_fuse)
+    parts = partition(graph, fusible, strategy=strategy, can_fuse=can_fuse)  # type: ignore[arg-type]  # checked there
     members: list[tuple[int, ...]] = [region.members for region in parts.regions]
     if inductor_guard.compiles_with_inductor(merge_func):
         members = inductor_guard.split_regions(adapted, graph, members)
@@ -157,8 +214,8 @@ class _DceFixpoint:
         return (self.args is trace.args and self.kwargs is trace.kwargs
                 and self.registry is registry and self.generation == registry.generation
                 and self.input_aliases == current_input_aliases() and len(bsyms) == len(self.bsyms)
-                and all(a is b for a, b in zip(bsyms, self.bsyms))
-                and all(b.subsymbols is s for b, s in zip(bsyms, self.subsymbols)))
+                and all(a is b for a, b in zip(bsyms, self.bsyms, strict=True))
+                and all(b.subsymbols is s for b, s in zip(bsyms, self.subsymbols, strict=True)))
 
 
 def _dce_result(trace: TraceCtx, bsyms: list[BoundSymbol], fixpoint: bool) -> TraceCtx:
@@ -233,11 +290,12 @@ def unsafe_remat_pairs(trace: TraceCtx) -> frozenset[tuple[str, str]]:
     fusions = [i for i, b in enumerate(adapted.bsyms) if b.sym.is_fusion]
     writes = [graph.written_storage(i) for i in range(graph.n)]
     internal = {i: _writes_inside(adapted.bsyms[i]) for i in fusions}
+    written_later = current_epilogue_writes()
     unsafe = set()
     for p in fusions:
         producer = adapted.bsyms[p]
         reads = {graph.storage.storage(v) for v in graph.program.instructions[p].input_values()}
-        hazard = internal[p]
+        hazard = internal[p] or bool(written_later & proxy_arg_names(producer))
         for j in range(p, graph.n):
             w = writes[j]
             hazard = hazard or w is None or bool(w & reads)
@@ -300,7 +358,9 @@ def _torch_autograd_fallbacks() -> frozenset[Any]:
 def can_fuse(original: Callable[..., bool], self: Any, bsym: BoundSymbol) -> bool:
     """Stand-in for ``TorchCompileExecutor.can_fuse``: never hands torch.compile the backward of an auto-registered
     torch op — it runs ``torch.autograd`` on a Python pytree that dynamo cannot trace (optree's ``DictMetaData``),
-    so every training step using such an op (``detach``, ``narrow``, ``clamp_min``...) failed to compile — nor an
-    asynchronous collective or a wait (:func:`collectives.is_async_collective`: FSDP's all-gathers failed so)."""
+    so every training step using such an op (``detach``, ``narrow``, ``clamp_min``...) failed to compile —, nor an
+    asynchronous collective or a wait (:func:`collectives.is_async_collective`: FSDP's all-gathers failed so), nor
+    a write of a joint forward-backward trace that the partition kept out of regions (:func:`_joint_trace_writers`;
+    a group of one is fused when the executor can fuse its member)."""
     return (bsym.sym.id not in _torch_autograd_fallbacks() and not collectives.is_async_collective(bsym)
-            and bool(original(self, bsym)))
+            and id(bsym) not in _kept_out.get().ids and bool(original(self, bsym)))

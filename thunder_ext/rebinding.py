@@ -30,7 +30,7 @@ from effects import make_effects
 
 from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import INTERPRETER_SIGNALS, WrappedValue, get_interpreterruntimectx, unwrap, wrap_const
-from thunder.core.prims import OpTags, PrimIDs
+from thunder.core.prims import OpTags
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx
 from thunder.core.transforms import get_grad, put_grad, register_grad
@@ -39,7 +39,8 @@ from ._thunder import REBOUND
 from .functionalize import differentiated
 from .opaque_torch import METADATA_METHODS, OpaqueTorchOp, executor, native_lookaside, opaque_method
 
-__all__ = ["StaleTensorError", "DataUnderAutogradError", "refuse_under_autograd", "Rebound", "SET_DATA", "rebind", "rebinding_lookaside", "check_stale_reads",
+__all__ = ["StaleTensorError", "DataUnderAutogradError", "refuse_under_autograd", "Rebound", "SET_DATA", "rebind",
+           "rebinding_lookaside", "check_stale_reads",
            "supported", "lookasides", "methods"]
 
 
@@ -163,7 +164,7 @@ def lookasides(setattr_lookaside: Callable[..., Any]) -> dict[Any, Callable[...,
         lookaside = rebinding_lookaside(op.dispatch, f"{op.method}", operand=0)
         table[op.dispatch] = lookaside
         if callable(getattr(torch, op.method or "", None)):
-            table[getattr(torch, op.method)] = lookaside
+            table[getattr(torch, op.method or "")] = lookaside
     return table
 
 

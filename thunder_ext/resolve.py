@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import effects
-from effects import OPAQUE, Alias, DependentEffects, Effects, Instruction, Origin, compose, operand_values
+from effects import OPAQUE, Alias, DependentEffects, Effects, Instruction, Origin, Registry, compose, operand_values
 
 from thunder.core.symbol import BoundSymbol
 
@@ -60,7 +60,8 @@ def _widen_aliases(eff: Effects, num_outputs: int) -> Effects:
         return eff
     operands = {a.operand for a in eff.aliases if not a.of_output}
     widened = {Alias(j, k, True) for j in range(num_outputs) for k in operands}
-    return Effects(eff.operands, frozenset(widened | {a for a in eff.aliases if a.of_output}), eff.resources)
+    return Effects(eff.operands, frozenset(widened | {a for a in eff.aliases if a.of_output}), eff.resources,
+                   uncapturable=eff.uncapturable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +80,7 @@ class _Resolved:
     operands: tuple[Operand, ...]
     effects: Effects
 
-    def still_valid(self, bsym: BoundSymbol, registry: effects.Registry, generation: int) -> bool:
+    def still_valid(self, bsym: BoundSymbol, registry: Registry, generation: int) -> bool:
         return (self.registry is registry and self.generation == generation and self.sym is bsym.sym
                 and self.args is bsym.args and self.kwargs is bsym.kwargs and self.output is bsym.output
                 and self.subsymbols is bsym.subsymbols)
@@ -168,7 +169,7 @@ class Resolver:
         appearance: its declared effects, its operands and outputs, and each subsymbol's effects, operands and
         outputs. Two bound symbols with the same structure (Thunder's fresh copies of one op, the same op on
         other values) have the same effects (:data:`_composites`)."""
-        numbers: dict[str, int] = {}
+        numbers: dict[Hashable, int] = {}
 
         def canon(operand: Operand) -> object:
             if isinstance(operand, str):

@@ -11,7 +11,8 @@ reads its low-precision parameters and activations right after writing them.
 :func:`split_rounded_reads` keeps such a read out of the writer's graph: a region is split before a member that
 reads a storage class (:mod:`effects.alias`, run-time argument aliases included) that an earlier member of the
 region wrote with a low-precision floating dtype — or, in a functionalized program (autograd), a value an earlier
-member computed that a ``prims.copy_`` write-back stores in low precision (the write itself comes last). The value then crosses a graph boundary, where it is stored —
+member computed that a ``prims.copy_`` write-back stores in low precision (the write itself comes last).
+The value then crosses a graph boundary, where it is stored —
 rounded — exactly as eager stores it. Other values keep Inductor's numerics (the fused arithmetic of a region is
 not eager's op-by-op rounding; only what is *stored* is promised: an intermediate written in place by a
 functionalized program is a value like any other). Opaque writers never share a ``torch.compile``
@@ -24,7 +25,7 @@ Cost: O(members + operand uses) per region; one region boundary per such read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 import torch
 
@@ -53,10 +54,10 @@ def _low_precision_writes(adapted: AdaptedTrace, graph: DependencyGraph, i: int)
             if dtypes.get(v) in LOW_PRECISION}
 
 
-def _stored_values(adapted: AdaptedTrace, graph: DependencyGraph) -> set[str]:
+def _stored_values(adapted: AdaptedTrace, graph: DependencyGraph) -> set[Hashable]:
     """Values a ``prims.copy_`` stores into low-precision storage: a functionalized program's write-backs store
     the new value of an argument that it computed and read earlier."""
-    stored = set()
+    stored: set[Hashable] = set()
     for i, bsym in enumerate(adapted.bsyms):
         if bsym.sym.id is PrimIDs.COPY_ and _low_precision_writes(adapted, graph, i):
             stored.update(operand_values(adapted.program.instructions[i].inputs[0]))
@@ -74,7 +75,7 @@ def split_rounded_reads(adapted: AdaptedTrace, graph: DependencyGraph,
     for region in regions:
         current: list[int] = []
         written: set[int] = set()
-        made: set[str] = set()
+        made: set[Hashable] = set()
         for i in region:
             inst = graph.program.instructions[i]
             is_store = adapted.bsyms[i].sym.id is PrimIDs.COPY_

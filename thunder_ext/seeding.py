@@ -10,7 +10,8 @@ Each seeding call becomes an operator of :data:`thunder_ext.opaque_torch.executo
 write to** ``rng[default]`` — the resource every random prim (``uniform``, ``randn``, the schema-derived
 ``nondeterministic_seeded`` ops) orders on — so it runs on every call, is never dead code, and no draw moves
 across it. It is also tagged ``DONT_DCE``: Thunder's autograd split runs Thunder's own DCE, which keeps only
-outputs and tagged symbols. The interpreter looks aside to it (:func:`lookasides`, installed by :mod:`thunder_ext._patches`):
+outputs and tagged symbols. The interpreter looks aside to it (:func:`lookasides`, installed by
+:mod:`thunder_ext._patches`):
 
 * ``torch.manual_seed(seed)`` (also ``torch.random.manual_seed``): every device's default generator;
 * ``torch.default_generator.manual_seed(seed)``: the CPU generator (called as a method, the interpreter sees

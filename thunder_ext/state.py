@@ -10,6 +10,10 @@ wrapper calls Thunder's original — the one place that check is made.
 compile data (:data:`thunder_ext._thunder.INPUT_ALIASES`), where every later pass reads them
 (:func:`current_input_aliases`) as the neutral program's ``input_aliases``, and threads no ``update_aliases``
 unless :data:`OPTION_ALIAS_UPDATES` asks for it (aliased arguments are then still never rewritten as reshapes).
+
+**Epilogue writes.** Functionalization leaves some argument write-backs to the epilogue, which runs after the
+forward and before the backward (:func:`record_epilogue_writes`); a pass that would recompute a read of such an
+argument in the backward (rematerialization) must not (:func:`current_epilogue_writes`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from thunder.core.proxies import Proxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.trace import TraceCtx
 
-from ._thunder import INPUT_ALIASES
+from ._thunder import EPILOGUE_WRITES, INPUT_ALIASES
 
 __all__ = ["OPTION", "OPTION_ALIAS_UPDATES", "set_global", "global_enabled", "active", "input_aliases_of",
            "current_input_aliases", "record_input_aliases"]
@@ -62,6 +66,19 @@ def input_aliases_of(cd: Any) -> tuple[frozenset[str], ...]:
 def current_input_aliases() -> tuple[frozenset[str], ...]:
     """The argument alias groups recorded for the compilation in progress (none outside a compilation)."""
     return input_aliases_of(get_compile_data())
+
+
+def record_epilogue_writes(names: frozenset[str]) -> None:
+    """Record, for the compilation in progress, the arguments its epilogue writes after the forward."""
+    cd = get_compile_data()
+    if cd is not None:
+        EPILOGUE_WRITES.put(cd, names)
+
+
+def current_epilogue_writes() -> frozenset[str]:
+    """The arguments the epilogue of the compilation in progress writes (none recorded: none)."""
+    cd = get_compile_data()
+    return EPILOGUE_WRITES.get(cd, frozenset()) if cd is not None else frozenset()
 
 
 def _alias_groups(trace: TraceCtx, alias_tensor_indices: Sequence[Sequence[int]]) -> tuple[frozenset[str], ...]:

@@ -16,7 +16,7 @@ not matter. Cost per later trace: one adaptation and graph build, plus O(edges o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import thunder
@@ -32,9 +32,9 @@ from .state import current_input_aliases, input_aliases_of
 __all__ = ["verify_traces", "verify_jitted", "check_functional", "EffectVerification"]
 
 
-def _positions(trace: TraceCtx) -> dict[str, list[tuple[int, ...]]]:
+def _positions(trace: TraceCtx) -> dict[Hashable, list[tuple[int, ...]]]:
     """Every place a proxy name is computed in ``trace``: the innermost (sub)symbol path that produces it."""
-    found: dict[str, list[tuple[int, ...]]] = {}
+    found: dict[Hashable, list[tuple[int, ...]]] = {}
 
     def visit(bsym: BoundSymbol, path: tuple[int, ...]) -> set[str]:
         inner: set[str] = set()
@@ -51,10 +51,10 @@ def _positions(trace: TraceCtx) -> dict[str, list[tuple[int, ...]]]:
     return found
 
 
-def _written_inputs_of(adapted: AdaptedTrace, graph: DependencyGraph) -> dict[str, int]:
+def _written_inputs_of(adapted: AdaptedTrace, graph: DependencyGraph) -> dict[Hashable, int]:
     """Input name -> a live instruction that writes its storage."""
     inputs = adapted.program.inputs
-    found: dict[str, int] = {}
+    found: dict[Hashable, int] = {}
     for i in sorted(live_instructions(graph)):
         classes = graph.written_storage(i)
         for name in inputs:
@@ -96,7 +96,7 @@ def verify_traces(traces: Sequence[TraceCtx], input_aliases: Iterable[Iterable[s
                 )
         where = _positions(trace)
 
-        def places(i: int) -> list[tuple[int, ...]]:
+        def places(i: int, where: dict[Hashable, list[tuple[int, ...]]] = where) -> list[tuple[int, ...]]:
             return [p for out in insts[i].outputs for p in where.get(out, ())]
 
         for edge in graph.edges:

@@ -97,7 +97,7 @@ def _step(inst: Instruction, env: dict[Hashable, Any], run: RunInputs) -> None:
     if len(inst.outputs) == 1:
         env[inst.outputs[0]] = result
     elif inst.outputs:
-        env.update(zip(inst.outputs, result))
+        env.update(zip(inst.outputs, result, strict=False))
 
 
 def execute(program: Program, case: Case, *, return_at: int | None = None, inputs: RunInputs | None = None,
@@ -109,17 +109,17 @@ def execute(program: Program, case: Case, *, return_at: int | None = None, input
     when a compiler places the return early): returned values and inputs are observed at that point.
     """
     run = case.inputs.materialize() if inputs is None else inputs
-    env: dict[Hashable, Any] = dict(run.tensors)
+    env: dict[Hashable, Any] = dict(run.tensors.items())
     insts = program.instructions
     stop = len(insts) if return_at is None else return_at
     for inst in insts[:stop]:
         _step(inst, env, run)
     early = stop < len(insts)
     returns = tuple(_observe(env[v], early) for v in program.returns)
-    inputs = {name: _observe(t, early) for name, t in run.tensors.items()}
+    observed = {name: _observe(t, early) for name, t in run.tensors.items()}
     for inst in insts[stop:]:
         _step(inst, env, run)
-    return Outcome(returns, inputs, {name: g.get_state() for name, g in run.generators.items()},
+    return Outcome(returns, observed, {name: g.get_state() for name, g in run.generators.items()},
                    {name: tuple(c.log) for name, c in run.channels.items()})
 
 
@@ -129,9 +129,9 @@ def fresh_may_views(case: Case) -> frozenset[tuple[int, int]]:
     from ..graph import resolve_effects
 
     run = case.inputs.materialize()
-    env: dict[Hashable, Any] = dict(run.tensors)
+    env: dict[Hashable, Any] = dict(run.tensors.items())
     fresh = set()
-    for index, (inst, eff) in enumerate(zip(case.program.instructions, resolve_effects(case.program))):
+    for index, (inst, eff) in enumerate(zip(case.program.instructions, resolve_effects(case.program), strict=True)):
         _step(inst, env, run)
         for alias in eff.aliases:
             if alias.may and not alias.of_output and not isinstance(inst.inputs[alias.operand], (Const, tuple)):
@@ -169,7 +169,7 @@ def _first_divergence(expected: Outcome, actual: Outcome, returns: Sequence[Hash
                       atol: float) -> str | None:
     if len(expected.returns) != len(actual.returns):
         return f"the transformed program returns {len(actual.returns)} values, the original {len(expected.returns)}"
-    for k, (e, a) in enumerate(zip(expected.returns, actual.returns)):
+    for k, (e, a) in enumerate(zip(expected.returns, actual.returns, strict=True)):
         why = _difference(e, a, rtol, atol)
         if why:
             return f"returned value {k} ({returns[k]}): {why}"

@@ -46,7 +46,7 @@ then rounds differently."""
 def value_metadata(case: Case, program: Program) -> dict[Hashable, ValueMeta]:
     """Shape, dtype and strides of every tensor value of ``program`` (inputs included), run on ``case``'s inputs."""
     run = case.inputs.materialize()
-    env: dict[Hashable, Any] = dict(run.tensors)
+    env: dict[Hashable, Any] = dict(run.tensors.items())
     for inst in program.instructions:
         _step(inst, env, run)
     return {name: ValueMeta(tuple(t.shape), t.dtype, tuple(t.stride()))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -26,6 +27,9 @@ from ..graph import DependencyGraph
 from ..program import Instruction, Program
 from .case import Case, InputBinding, InputSpec, Recipe
 from .vocab import VOCABULARY, Env, OpKind, OpSpec, Picks, TensorMeta
+
+if TYPE_CHECKING:
+    from ..partition import Partitioning, Strategy
 
 __all__ = ["programs", "schedules", "partitions", "BASE_SHAPES"]
 
@@ -74,7 +78,7 @@ def _input_specs(draw: st.DrawFn, max_inputs: int, aliasing: bool, generators: i
                 metas.append(recipe.meta(metas[base]))
     spec = InputSpec(shapes, tuple(bindings), tuple(f"g{j}" for j in range(generators)),
                      draw(st.integers(0, 2**16)), tuple(f"c{k}" for k in range(groups)))
-    return spec, Env([(b.name, m) for b, m in zip(bindings, metas)], spec.generators, spec.groups)
+    return spec, Env([(b.name, m) for b, m in zip(bindings, metas, strict=True)], spec.generators, spec.groups)
 
 
 @st.composite
@@ -83,7 +87,7 @@ def _programs(draw: st.DrawFn, ops: tuple[OpSpec, ...], min_instructions: int, m
     spec, env = draw(_input_specs(max_inputs, aliasing, generators, groups))
     raw = draw(st.lists(st.tuples(st.integers(0, len(ops) - 1), st.lists(_RAW, min_size=4, max_size=4)),
                         min_size=min_instructions, max_size=max_instructions))
-    instructions = []
+    instructions: list[Instruction] = []
     for op_index, picks in raw:
         for op in ops[op_index::-1]:  # if nothing fits the drawn op yet, fall back toward simpler ops
             built = op.build(env, Picks(picks))
@@ -91,7 +95,7 @@ def _programs(draw: st.DrawFn, ops: tuple[OpSpec, ...], min_instructions: int, m
                 break
         else:
             continue
-        outputs = () if built.out is None else (f"t{len(instructions)}",)
+        outputs: tuple[str, ...] = () if built.out is None else (f"t{len(instructions)}",)
         instructions.append(Instruction(op.key, built.operands, outputs, op.effects_for(built.operands)))
         if built.out is not None:
             env.values.append((outputs[0], built.out))
@@ -184,7 +188,7 @@ def schedules(graph: DependencyGraph, *, returns: bool = False) -> st.SearchStra
 
 
 @st.composite
-def _partitions(draw: st.DrawFn, graph: DependencyGraph, strategies: tuple[str, ...]) -> object:
+def _partitions(draw: st.DrawFn, graph: DependencyGraph, strategies: tuple[Strategy, ...]) -> Partitioning:
     from ..partition import partition  # the partitioner is optional for programs/schedules users
 
     fusible = draw(st.lists(st.booleans(), min_size=graph.n, max_size=graph.n))
@@ -195,10 +199,10 @@ def _partitions(draw: st.DrawFn, graph: DependencyGraph, strategies: tuple[str, 
 
 def partitions(
     graph: DependencyGraph, *, strategies: Sequence[str] = ("consecutive", "dataflow")
-) -> st.SearchStrategy[object]:
+) -> st.SearchStrategy[Partitioning]:
     """Legal :class:`~effects.partition.Partitioning` s of ``graph`` from :func:`effects.partition.partition`,
     over random fusible sets (shrinking toward none fusible) and the given partitioner ``strategies``."""
-    chosen = tuple(strategies)
+    chosen = cast("tuple[Strategy, ...]", tuple(strategies))
     if not chosen or any(s not in ("consecutive", "dataflow") for s in chosen):
         raise InvalidArgument(f"strategies={strategies!r} must be a non-empty subset of "
                               "('consecutive', 'dataflow')")

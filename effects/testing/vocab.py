@@ -186,7 +186,8 @@ class Env:
 
     def pick(self, picks: Picks, accept: Callable[[TensorMeta], bool]) -> tuple[str, TensorMeta] | None:
         """A defined value satisfying ``accept``; pick 0 is the most recent one."""
-        return picks.choose([v for v in reversed(self.values) if accept(v[1])])
+        found: tuple[str, TensorMeta] | None = picks.choose([v for v in reversed(self.values) if accept(v[1])])
+        return found
 
     def fresh(self, shape: tuple[int, ...], dtype: str = "float32", *, like: Sequence[TensorMeta] = ()) -> TensorMeta:
         """Metadata of a newly allocated result computed from ``like``: torch gives an elementwise result the
@@ -233,7 +234,8 @@ class OpSpec:
             return None
         derived = derive(self.key)
         base = derived[0] if derived is not None else Effects()
-        return Effects(base.operands, base.aliases, frozenset(ResourceEffect(g.resource) for g in gens))
+        return Effects(base.operands, base.aliases, frozenset(ResourceEffect(g.resource) for g in gens),
+                       uncapturable=base.uncapturable)
 
     def __repr__(self) -> str:
         return f"<OpSpec {self.name}>"
@@ -253,8 +255,8 @@ def aten_caller(overload: Any) -> Callable[..., Any]:
     kwonly = tuple(arg.name if arg.kwarg_only else None for arg in overload._schema.arguments)
 
     def call(*operands: Any) -> Any:
-        args = [o for o, k in zip(operands, kwonly) if k is None]
-        kwargs = {k: o for o, k in zip(operands, kwonly) if k is not None}
+        args = [o for o, k in zip(operands, kwonly, strict=False) if k is None]
+        kwargs = {k: o for o, k in zip(operands, kwonly, strict=False) if k is not None}
         return overload(*args, **kwargs)
 
     return call
@@ -303,9 +305,11 @@ def _unary(env: Env, p: Picks) -> Built | None:
 
 def _binary(env: Env, p: Picks) -> Built | None:
     x = env.pick(p, _float)
-    y = x and env.pick(p, lambda m: m.is_float and broadcast(m.shape, x[1].shape) is not None)
-    shape = broadcast(x[1].shape, y[1].shape) if y else ()
-    return y and Built((x[0], y[0]), env.fresh(shape, like=[x[1], y[1]]))  # type: ignore[arg-type]
+    if not x:
+        return None
+    y = env.pick(p, lambda m: m.is_float and broadcast(m.shape, x[1].shape) is not None)
+    shape = broadcast(x[1].shape, y[1].shape) if y else None
+    return Built((x[0], y[0]), env.fresh(shape, like=[x[1], y[1]])) if y and shape is not None else None
 
 
 def _gt(env: Env, p: Picks) -> Built | None:
@@ -315,13 +319,15 @@ def _gt(env: Env, p: Picks) -> Built | None:
 
 def _where(env: Env, p: Picks) -> Built | None:
     c = env.pick(p, lambda m: m.dtype == "bool")
-    x = c and env.pick(p, lambda m: m.is_float and broadcast(m.shape, c[1].shape) is not None)
-    if not x:
+    if not c:
         return None
-    cx = broadcast(c[1].shape, x[1].shape)
-    y = env.pick(p, lambda m: m.is_float and broadcast(m.shape, cx) is not None)  # type: ignore[arg-type]
-    shape = broadcast(cx, y[1].shape) if y else ()  # type: ignore[arg-type]
-    return y and Built((c[0], x[0], y[0]), env.fresh(shape, like=[c[1], x[1], y[1]]))  # type: ignore[arg-type]
+    x = env.pick(p, lambda m: m.is_float and broadcast(m.shape, c[1].shape) is not None)
+    cx = broadcast(c[1].shape, x[1].shape) if x else None
+    if not x or cx is None:
+        return None
+    y = env.pick(p, lambda m: m.is_float and broadcast(m.shape, cx) is not None)
+    shape = broadcast(cx, y[1].shape) if y else None
+    return Built((c[0], x[0], y[0]), env.fresh(shape, like=[c[1], x[1], y[1]])) if y and shape is not None else None
 
 
 def _sum(env: Env, p: Picks) -> Built | None:
@@ -337,7 +343,9 @@ def _sum(env: Env, p: Picks) -> Built | None:
 
 def _matmul(env: Env, p: Picks) -> Built | None:
     x = env.pick(p, lambda m: m.is_float and m.ndim == 2)
-    y = x and env.pick(p, lambda m: m.is_float and m.ndim in (1, 2) and m.shape[0] == x[1].shape[1])
+    if not x:
+        return None
+    y = env.pick(p, lambda m: m.is_float and m.ndim in (1, 2) and m.shape[0] == x[1].shape[1])
     return y and Built((x[0], y[0]), env.fresh(x[1].shape[:1] + y[1].shape[1:]))
 
 
@@ -420,7 +428,7 @@ def _inplace_binary(*extra: Callable[[Picks], Any]) -> Builder:
     def build(env: Env, p: Picks) -> Built | None:
         x = env.pick(p, _target)
         y = x and _source_for(env, p, x[1])
-        return y and Built((x[0], y[0], *(Const(e(p)) for e in extra)), x[1])
+        return Built((x[0], y[0], *(Const(e(p)) for e in extra)), x[1]) if x and y else None
 
     return build
 
@@ -438,7 +446,9 @@ def _clamp(env: Env, p: Picks) -> Built | None:
 
 def _masked_fill(env: Env, p: Picks) -> Built | None:
     x = env.pick(p, _target)
-    mask = x and env.pick(p, lambda m: m.dtype == "bool" and _fits_into(m.shape, x[1].shape))
+    if not x:
+        return None
+    mask = env.pick(p, lambda m: m.dtype == "bool" and _fits_into(m.shape, x[1].shape))
     return mask and Built((x[0], mask[0], Const(p.choose((0.0, 2.0, -1.5)))), x[1])
 
 
@@ -451,7 +461,7 @@ def _index_copy(env: Env, p: Picks) -> Built | None:
     def fits(m: TensorMeta) -> bool:
         return (m.is_float and m.storage != meta.storage and m.ndim == meta.ndim
                 and 1 <= m.shape[dim] <= meta.shape[dim]
-                and all(a == b for d, (a, b) in enumerate(zip(m.shape, meta.shape)) if d != dim))
+                and all(a == b for d, (a, b) in enumerate(zip(m.shape, meta.shape, strict=True)) if d != dim))
 
     src = env.pick(p, fits)
     if not src:
@@ -496,7 +506,7 @@ def opaque_axpy_(y: torch.Tensor, x: torch.Tensor) -> None:
 def _opaque(env: Env, p: Picks) -> Built | None:
     y = env.pick(p, _target)
     x = y and _source_for(env, p, y[1])
-    return x and Built((y[0], x[0]), None)
+    return Built((y[0], x[0]), None) if y and x else None
 
 
 def _collective(env: Env, p: Picks) -> Built | None:
@@ -521,7 +531,7 @@ def _aten(name: str, key: Any, kind: OpKind, build: Builder, python: str | Calla
     return OpSpec(name, key, kind, build, aten_caller(key), fmt)
 
 
-P, V, I, R = OpKind.PURE, OpKind.VIEW, OpKind.INPLACE, OpKind.RNG
+P, V, I, R = OpKind.PURE, OpKind.VIEW, OpKind.INPLACE, OpKind.RNG  # noqa: E741 - the table's one-letter kinds
 VOCABULARY: tuple[OpSpec, ...] = (
     _aten("add", aten.add.Tensor, P, _binary, "torch.add({0}, {1})"),
     _aten("mul", aten.mul.Tensor, P, _binary, "torch.mul({0}, {1})"),

@@ -100,3 +100,11 @@ def test_region_effects_are_the_composition_of_the_region(program, data):
     effs = [graph.effects(m) for m in members]
     assert (eff, inputs) == compose(insts, effs, outputs)
     assert compose(insts, effs, outputs, inputs) == (eff, inputs)  # explicit operands: the same answer
+
+
+def test_an_uncapturable_member_makes_the_group_uncapturable():
+    sync = Effects((OperandEffect(0, Access.READ),), uncapturable=True)
+    eff, _ = compose([I("add", "x", 1, out="t"), I("sync", "t", out="s")], [PURE_ADD, sync], ("s",), ("x",))
+    assert eff.uncapturable and not eff.capturable
+    eff, _ = compose([I("add", "x", 1, out="t")], [PURE_ADD], ("t",), ("x",))
+    assert eff.capturable

@@ -202,3 +202,27 @@ def test_make_effects_names_what_is_wrong() -> None:
         make_effects("my_copy_(Tensor dst, Tensor(a!) src) -> Tensor(a)", signature=sig)
     with pytest.raises(TypeError, match="effects must be Effects, a schema, or a mapping"):
         make_effects(3.5)
+
+
+# --- capture (CUDA graphs) -----------------------------------------------------------------------------------------
+def test_uncapturable_is_a_fact_for_capture_only() -> None:
+    sync = Effects(uncapturable=True)
+    assert not sync.capturable and not sync.is_pure and str(sync) == "uncapturable"
+    assert not sync.has_side_effects and sync.ordered_resources == frozenset()  # neither kept alive nor ordered
+    assert PURE.capturable and make_effects(writes=[0]).capturable
+    assert not OPAQUE.capturable and OPAQUE.uncapturable is False  # unknown is never captured; one canonical form
+
+
+def test_uncapturable_survives_union_remap_and_validation() -> None:
+    sync = Effects((OperandEffect(1, Access.READ),), uncapturable=True)
+    assert not (sync | make_effects(writes=[0])).capturable and (sync | OPAQUE) == OPAQUE
+    assert not sync.remap({1: 0}).capturable
+    assert not sync.validate(SIG).capturable
+    assert not make_effects(sync, reads=[0]).capturable
+
+
+def test_an_implementation_must_keep_uncapturable() -> None:
+    required = make_effects(Effects(uncapturable=True), reads=[0])
+    assert make_effects(reads=[0]).uncovered(required) == (
+        "uncapturable (the implementation may be captured into a CUDA graph)",)
+    assert required.covers(required) and required.covers(make_effects(reads=[0]))

@@ -204,3 +204,14 @@ def test_list_return_annotated_after_the_brackets() -> None:
 def test_optional_list_of_optional_tensors_is_a_tensor_operand() -> None:
     eff, sig = from_schema(torch._C.parse_schema("my::grad(Tensor[] outputs, Tensor?[]? grads=None) -> ()"))
     assert sig.params[1].kind is effects.ParamKind.TENSOR_LIST and eff.access(1) is Access.READ
+
+
+def test_cudagraph_unsafe_tag_derives_uncapturable() -> None:
+    @torch.library.custom_op("thunder_effects_test::host_sync", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,))
+    def host_sync(x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    eff = effects.Registry().lookup(host_sync)
+    assert eff.uncapturable and not eff.capturable and eff.access(0) is Access.READ
+    assert effects.Registry().lookup(torch.ops.thunder_effects_test.host_sync).uncapturable  # the packet too
+    assert all(derive(op)[0].capturable for op in (aten.add_.Tensor, aten.copy_.default, aten.normal_.default))

@@ -54,7 +54,7 @@ def test_printed_python_reproduces_the_run(case: Case) -> None:
     got = namespace["program"](*(namespace[name] for name in case.program.inputs))  # type: ignore[operator]
     expected = execute(case.program, case)
     assert len(got) == len(expected.returns)
-    for g, e in zip(got, expected.returns):
+    for g, e in zip(got, expected.returns, strict=True):
         assert torch.equal(g.nan_to_num(), e.nan_to_num())
 
 

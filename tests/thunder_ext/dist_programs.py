@@ -200,7 +200,7 @@ def _differences(label: str, expected: Any, got: Any) -> list[str]:
     if len(exp) != len(out):
         return [f"{label}: {len(out)} values, eager has {len(exp)}"]
     found = []
-    for k, (e, g) in enumerate(zip(exp, out)):
+    for k, (e, g) in enumerate(zip(exp, out, strict=True)):
         if isinstance(e, torch.Tensor):
             if not isinstance(g, torch.Tensor) or e.shape != g.shape or not torch.allclose(e, g):
                 found.append(f"{label}[{k}]: {g} but eager gives {e}")
@@ -319,7 +319,8 @@ def data_parallel(rank: int, world_size: int, kind: str, config: str, steps: int
     jitted = (thunder_ext.jit if jit == "thunder_ext" else thunder.jit)(model, **CONFIGS[config])
     wrapped = ddp(jitted) if kind == "ddp" else fsdp(jitted, device=torch.device("cpu"), **_fsdp_options(kind))
     losses = _train(wrapped, list(wrapped.parameters()), rank, steps)
-    found = [f"step {k} loss {got} but eager DDP gives {exp}" for k, (exp, got) in enumerate(zip(eager_losses, losses))
+    found = [f"step {k} loss {got} but eager DDP gives {exp}"
+             for k, (exp, got) in enumerate(zip(eager_losses, losses, strict=True))
              if abs(exp - got) > 1e-5 * max(1.0, abs(exp))]
     state = _state(wrapped)
     expected = _state(eager)

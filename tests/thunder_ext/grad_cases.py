@@ -35,7 +35,8 @@ def _fn(f: Callable[..., Any], *makers: Callable[[], torch.Tensor]) -> Callable[
     return make
 
 
-def _module(build: Callable[[], nn.Module], *makers: Callable[[], torch.Tensor]) -> Callable[[], tuple[Any, tuple[Any, ...]]]:
+def _module(build: Callable[[], nn.Module],
+            *makers: Callable[[], torch.Tensor]) -> Callable[[], tuple[Any, tuple[Any, ...]]]:
     def make() -> tuple[Any, tuple[Any, ...]]:
         torch.manual_seed(0)
         module = build()
@@ -302,11 +303,12 @@ def aliased_update(a, b, w):
     return (b * w).sum()
 
 
-def _aliased(view: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], tuple[Any, tuple[Any, ...]]]:
+def _aliased(view: Callable[[torch.Tensor], torch.Tensor],
+             fn: Callable[..., Any] = aliased_update) -> Callable[[], tuple[Any, tuple[Any, ...]]]:
     def make() -> tuple[Any, tuple[Any, ...]]:
         torch.manual_seed(0)
         x = torch.randn(3, 3)
-        return aliased_update, (x, view(x), _g(3, 3))
+        return fn, (x, view(x), _g(3, 3))
 
     return make
 
@@ -320,6 +322,17 @@ def _aliased_slices() -> tuple[Any, tuple[Any, ...]]:
     torch.manual_seed(0)
     x = torch.randn(3, 3)
     return aliased_slices, (x[:2], x[1:], _g(3, 3))
+
+
+def aliased_write_backs_only(a, b, w):
+    b.mul_(w)  # a and b share storage: their write-backs are all the forward does (no output reads them)
+    a.mul_(w)
+    return ()
+
+
+def plain_arg_takes_grad(b, w):
+    b.mul_(w)  # b does not require grad; its write-back does (autograd, in the epilogue); w's gradient needs old b
+    return b
 
 
 def _mlp_inplace() -> nn.Module:
@@ -428,6 +441,8 @@ CASES: tuple[Case, ...] = (
     Case("kv_cache", _fn(kv_cache, lambda: _g(2, 3), lambda: _g(2, 3), lambda: torch.zeros(4, 3)), calls=1),
     Case("mutate_then_return_input", _fn(mutate_then_return_input, X, W, lambda: torch.ones(3))),
     Case("dropout_p0", _fn(dropout_p0, X, W)),
+    Case("aliased_write_backs_only", _aliased(lambda x: x, aliased_write_backs_only), calls=1),
+    Case("plain_arg_takes_grad", _fn(plain_arg_takes_grad, X, W), calls=1),
     Case("aliased_same_tensor", _aliased(lambda x: x)),
     Case("aliased_transpose", _aliased(lambda x: x.t())),
     Case("aliased_flat_view", _aliased(lambda x: x.view(9)[:9].view(3, 3))),
@@ -496,15 +511,16 @@ def mismatches(case: Case, jit: Callable[[Any], Any], *, atol: float = 1e-4, rto
         return [f"eager raised {type(expected).__name__}: {expected}; the jitted call did not"]
     jo, js = run(case, jit)
     found = []
-    for call, (e_out, j_out, e_state, j_state) in enumerate(zip(eo, jo, es, js)):
+    for call, (e_out, j_out, e_state, j_state) in enumerate(zip(eo, jo, es, js, strict=True)):
         if len(e_out) != len(j_out):
             found.append(f"call {call}: {len(j_out)} outputs, eager {len(e_out)}")
-        for k, (e, j) in enumerate(zip(e_out, j_out)):
+        for k, (e, j) in enumerate(zip(e_out, j_out, strict=False)):
             if e.shape != j.shape or not torch.allclose(e, j, atol=atol, rtol=rtol):
                 found.append(f"call {call}: output {k} differs (max |diff| {_diff(e, j)})")
-        for (name, e), (_, j) in zip(e_state, j_state):
+        for (name, e), (_, j) in zip(e_state, j_state, strict=True):
             if (e is None) != (j is None):
-                found.append(f"call {call}: {name} is {'None' if j is None else 'set'} (eager: {'None' if e is None else 'set'})")
+                found.append(f"call {call}: {name} is {'None' if j is None else 'set'} "
+                             f"(eager: {'None' if e is None else 'set'})")
             elif e is not None and (e.shape != j.shape or not torch.allclose(e, j, atol=atol, rtol=rtol)):
                 found.append(f"call {call}: {name} differs (max |diff| {_diff(e, j)})")
     return found

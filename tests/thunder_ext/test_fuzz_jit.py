@@ -21,7 +21,7 @@ pytest.importorskip("thunder")
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 
 from effects.testing import VOCABULARY, OpKind, programs  # noqa: E402
-from thunder_ext.testing import ThunderUnsupported, check_jit  # noqa: E402
+from thunder_ext.testing import ThunderUnsupported, check_jit, check_jit_grad  # noqa: E402
 
 OPS = tuple(op for op in VOCABULARY if op.kind is not OpKind.RNG)
 """The fuzzed vocabulary (see the module docstring for what is left out and why)."""
@@ -30,12 +30,13 @@ CASES = programs(ops=OPS, max_instructions=8, generators=0)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("check", [check_jit, check_jit_grad], ids=["values", "gradients"])
 @pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
 @settings(max_examples=8, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(case=CASES)
-def test_thunder_ext_jit_matches_eager(fusion_type, case):
+def test_thunder_ext_jit_matches_eager(fusion_type, check, case):
     try:
-        check_jit(case, executors=["torchcompile"], fusion_type=fusion_type)
+        check(case, executors=["torchcompile"], fusion_type=fusion_type)
     except ThunderUnsupported:
         assume(False)
 
@@ -48,3 +49,15 @@ def test_thunder_ext_jit_torch_executor_matches_eager(case):
         check_jit(case, executors=["torch"])
     except ThunderUnsupported:
         assume(False)
+
+
+@settings(max_examples=15, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=CASES)
+def test_thunder_ext_jit_gradients_match_eager(case):
+    """The gradient oracle: every input base the program does not write requires grad; outputs, inputs after the
+    call and gradients vs eager (``benchmarks/fuzz_thunder.py --grad`` runs thousands)."""
+    try:
+        check_jit_grad(case, executors=["torch"])
+    except ThunderUnsupported:
+        assume(False)
+

@@ -47,7 +47,7 @@ def made_by(jfn: object, provenance: str) -> list[object]:
 
 # --- dead code elimination --------------------------------------------------------------------------------------
 def dead_and_live_writes(a, b):
-    c = a * 2  # dead: nothing uses it
+    c = a * 2  # noqa: F841 - dead: nothing uses it
     t = b.clone()
     torch._foreach_mul_([t], 2.0)  # dead: writes a local nobody reads
     torch._foreach_add_([a], 1.0)  # live: writes an argument (it has no outputs: Thunder's own DCE drops it)

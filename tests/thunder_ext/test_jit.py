@@ -42,9 +42,9 @@ def run_both(fn, fn_eager, make_args, executors, fusion_type, **jit_kwargs):
     got = jfn(*args)
     flat_e, flat_g = tree_leaves(expected), tree_leaves(got)
     assert len(flat_e) == len(flat_g)
-    for e, r in zip(flat_e, flat_g):
+    for e, r in zip(flat_e, flat_g, strict=True):
         torch.testing.assert_close(r, e)
-    for e, r in zip(eager_args, args):
+    for e, r in zip(eager_args, args, strict=True):
         torch.testing.assert_close(r, e)
     return jfn
 

@@ -11,11 +11,11 @@ import torch
 
 thunder_ext = pytest.importorskip("thunder_ext")
 
-import thunder
+import thunder  # noqa: E402
 
-from benchmarks.common import measure_memory
-from examples.models import MODELS, check
-from thunder_ext.reinplace import EXECUTOR, Reinplace, inplace_symbol
+from benchmarks.common import measure_memory  # noqa: E402
+from examples.models import MODELS, check  # noqa: E402
+from thunder_ext.reinplace import EXECUTOR, Reinplace, inplace_symbol  # noqa: E402
 
 
 def _run(fn: Callable[..., Any], make_args: Callable[[], tuple[Any, ...]], jit: Callable[..., Any] = thunder_ext.jit
@@ -26,7 +26,7 @@ def _run(fn: Callable[..., Any], make_args: Callable[[], tuple[Any, ...]], jit: 
     expected_args, actual_args = make_args(), make_args()
     expected, actual = fn(*expected_args), jfn(*actual_args)
     torch.testing.assert_close(actual, expected)
-    for e, a in zip(expected_args, actual_args):
+    for e, a in zip(expected_args, actual_args, strict=True):
         torch.testing.assert_close(a, e)
     return transform, jfn
 
