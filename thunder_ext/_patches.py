@@ -90,7 +90,7 @@ from thunder.core.compile_data import get_compile_data
 from . import (_thunder_fast, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize, module_state,
                opaque_torch, overloads, pipeline, rebinding, seeding, state)
 from ._thunder import GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, UPDATE_FUSION_CALL_CTX
-from .grad_fixes import GRAD_FIXES
+from .grad_fixes import GRAD_FIXES, put_grads
 
 __all__ = ["Patch", "PATCHES", "STAND_INS", "RUNNER_METHODS", "COMPILE_HOOK", "ADD_TRANSFORM_HOOK", "guarded", "apply",
            "restore", "applied", "holding", "hook_compilations", "enter_call", "exit_call", "EXPECTED_PARAMETERS"]
@@ -184,6 +184,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "transform_trace_post_optimization": (cudagraph.CUDAGraphTransform.transform_trace_post_optimization,
                                           effect_cudagraph.transform_trace_post_optimization),
     LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
+    "put_grads": (thunder_transforms.put_grads, put_grads),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, module_state.write_back_module_state),
     **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),
 }
@@ -215,6 +216,7 @@ def _build_patches() -> tuple[Patch, ...]:
         patch(cudagraph, "Region"),
         patch(cudagraph.CUDAGraphTransform, "transform_trace_post_optimization"),
         patch(ltorch, LTORCH_COPY.name),
+        patch(thunder_transforms, "put_grads"),
         patch(jit_ext, "process_recorded_modifications"),
     ]
     lookaside_map = LOOKASIDE_TABLE.get()
@@ -255,6 +257,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "thunder_general_jit": ("fn", "args", "kwargs", "sharp_edges", "ad_hoc_executor"),
     "_copy_": ("a", "b"),
     "process_recorded_modifications": ("ctx", "epilogue_trace"),
+    "put_grads": ("a", "g"),
     "sort_waits": ("execution_trace",),
     "add_transform": ("cfn", "transform", "disable_torch_autograd_support"),
 }

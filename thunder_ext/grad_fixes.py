@@ -8,6 +8,12 @@ unaffected until :func:`thunder_ext.install`).
   operands ``(a, indices, values)`` in order, so ``grad_values`` lands on ``indices`` and ``values`` gets no
   gradient at all (``x.index_put(idx, v)`` and ``x[idx] = v`` with ``v`` requiring grad). Reduced:
   ``torch.zeros(3).index_put((torch.tensor([0]),), v)`` gives ``v.grad is None`` under stock ``thunder.jit``.
+* Elementwise binary prims (``add``, ``sub``, ``mul``, ``div``, ``where``, ...) accept a 0-dim tensor next to an
+  n-dim one without an explicit broadcast, and their rules hand each operand ``g * other`` unreduced, so a 0-dim
+  intermediate receives an n-dim gradient and the backward fails to build ("expand: the requested shape has too
+  few dimensions": ``(x * s.sum()).sum()`` under stock ``thunder.jit``). :func:`put_grads` (a stand-in for
+  ``thunder.core.transforms.put_grads``, through which those rules record gradients) sums such a gradient to the
+  0-dim operand, as broadcasting's gradient does.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ from typing import Any
 
 from thunder import clang
 from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_flatten
 from thunder.core.transforms import get_grad, put_grad, sum_to
 
 import thunder.torch as ltorch
 
-__all__ = ["GRAD_FIXES"]
+__all__ = ["GRAD_FIXES", "put_grads"]
 
 
 def _index_put_grad(a: TensorProxy, indices: Sequence[TensorProxy], values: TensorProxy,
@@ -39,3 +46,13 @@ def _index_put_grad(a: TensorProxy, indices: Sequence[TensorProxy], values: Tens
 
 GRAD_FIXES: dict[Any, Callable[..., Any]] = {"torch.index_put": _index_put_grad}
 """Symbol id -> the corrected gradient rule (a Thunder grad transform: forward, ``get_grad``, ``put_grad``)."""
+
+
+def put_grads(original: Callable[[Any, Any], None], a: Any, g: Any) -> None:
+    """Stand-in for ``transforms.put_grads`` (primals ``a``, gradients ``g``): a gradient of more dimensions than its
+    0-dim primal is summed."""
+    flat_primals, _ = tree_flatten(a)
+    flat_grads, _ = tree_flatten(g)
+    reduced = [ltorch.sum(g) if isinstance(p, TensorProxy) and isinstance(g, TensorProxy) and p.ndim == 0 < g.ndim
+               else g for p, g in zip(flat_primals, flat_grads, strict=False)]
+    original(flat_primals[:len(reduced)], reduced)

@@ -330,6 +330,12 @@ def aliased_write_backs_only(a, b, w):
     return ()
 
 
+def scale_by_reduction(x, w):
+    h = x * w
+    h.mul_(w.sum())  # a 0-dim intermediate times a matrix: its gradient must be summed (Thunder's rules do not)
+    return h.sum()
+
+
 def plain_arg_takes_grad(b, w):
     b.mul_(w)  # b does not require grad; its write-back does (autograd, in the epilogue); w's gradient needs old b
     return b
@@ -443,6 +449,7 @@ CASES: tuple[Case, ...] = (
     Case("dropout_p0", _fn(dropout_p0, X, W)),
     Case("aliased_write_backs_only", _aliased(lambda x: x, aliased_write_backs_only), calls=1),
     Case("plain_arg_takes_grad", _fn(plain_arg_takes_grad, X, W), calls=1),
+    Case("scale_by_reduction", _fn(scale_by_reduction, X, W)),
     Case("aliased_same_tensor", _aliased(lambda x: x)),
     Case("aliased_transpose", _aliased(lambda x: x.t())),
     Case("aliased_flat_view", _aliased(lambda x: x.view(9)[:9].view(3, 3))),
