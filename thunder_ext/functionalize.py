@@ -477,6 +477,26 @@ def functionalize_for_grad(trace: TraceCtx, *, grad_enabled: bool,
         return _functionalize_for_grad(trace, grad_enabled, input_aliases)
 
 
+def _fresh_outputs(adapted: AdaptedTrace) -> set[tuple[int, int]]:
+    """``(instruction, output)`` may-views that are fresh tensors in this trace: a conversion to another dtype or
+    device (``x.to(torch.bfloat16)``, ``x.bfloat16()`` of a float32 ``x``) is never its operand."""
+    fresh: set[tuple[int, int]] = set()
+    for i, (inst, bsym) in enumerate(zip(adapted.program.instructions, adapted.bsyms)):
+        eff = inst.effects
+        if eff is None or eff.opaque or not any(a.may for a in eff.aliases):
+            continue
+        outs = [o for o in bsym.flat_proxy_outs]
+        by_name = {p.name: p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)}
+        for alias in eff.aliases:
+            if not alias.may or alias.of_output or alias.output >= len(outs):
+                continue
+            out, values = outs[alias.output], operand_values(inst.inputs[alias.operand])
+            src = by_name.get(values[0]) if len(values) == 1 else None
+            if isinstance(out, TensorProxy) and src is not None and (out.dtype, out.device) != (src.dtype, src.device):
+                fresh.add((i, alias.output))
+    return fresh
+
+
 def _functionalize_for_grad(trace: TraceCtx, grad_enabled: bool,
                             input_aliases: Iterable[Iterable[str]]) -> tuple[TraceCtx, tuple[Writeback, ...]]:
     side_effects: set[int] = set()
@@ -486,7 +506,8 @@ def _functionalize_for_grad(trace: TraceCtx, grad_enabled: bool,
     proxies = _trace_proxies(trace)
     modes = _grad_modes(adapted, grad_enabled, side_effects)
     views, bases = _synthetic_bases(adapted.program.input_aliases, adapted.program.inputs)
-    result = functionalize(adapted.program, ThunderRules(adapted, modes, proxies), input_views=views)
+    result = functionalize(adapted.program, ThunderRules(adapted, modes, proxies), input_views=views,
+                           fresh_outputs=_fresh_outputs(adapted))
     build = _Build(trace, adapted, result, proxies, bases, _written_under_grad(adapted, modes), flat_args)
     new, writebacks = build(frozenset())
     cloned = _read_through_clones(new, writebacks, flat_args)
