@@ -187,20 +187,21 @@ def overlap_pairs(adapted: AdaptedTrace, alias_groups: Iterable[frozenset[str]])
     :class:`~thunder_ext.adapter.AdaptedTrace` of a computation trace) writes and reads: the pairs eager checks
     for partial overlap. Sorted, without repeats."""
     group_of = {name: k for k, group in enumerate(alias_groups) for name in group}
-    pairs: set[tuple[str, str]] = set()
-    for inst, bsym in zip(adapted.program.instructions, adapted.bsyms):
-        eff = inst.effects
-        if eff is None or eff.opaque or not eff.written:
-            continue
-        signature = python_signature(bsym.sym)
-        names = list(signature.parameters) if signature is not None else []
-        for w in eff.written:
-            for k, operand in enumerate(inst.inputs):
-                if k == w or (k < len(names) and names[k] in SCALAR_PARAMETERS):
-                    continue
-                pairs.update((a, b) for a in operand_values(inst.inputs[w]) for b in operand_values(operand)
-                             if a != b and a in group_of and group_of[a] == group_of.get(b))
-    return tuple(sorted(pairs))
+    return tuple(sorted({(a, b) for k in range(len(adapted.bsyms)) for a, b in _written_and_read(adapted, k)
+                         if a in group_of and group_of[a] == group_of.get(b)}))
+
+
+def _written_and_read(adapted: AdaptedTrace, k: int) -> set[tuple[str, str]]:
+    """``(written, read)`` values of instruction ``k`` (another operand, not one read as a number), if it writes."""
+    inst = adapted.program.instructions[k]
+    eff = inst.effects
+    if eff is None or eff.opaque or not eff.written:
+        return set()
+    signature = python_signature(adapted.bsyms[k].sym)
+    names = list(signature.parameters) if signature is not None else []
+    return {(a, b) for w in eff.written for p, operand in enumerate(inst.inputs)
+            if p != w and not (p < len(names) and names[p] in SCALAR_PARAMETERS)
+            for a in operand_values(inst.inputs[w]) for b in operand_values(operand) if a != b}
 
 
 def check_overlaps(pairs: Iterable[tuple[str, str]], tensors: Mapping[str, torch.Tensor]) -> None:
@@ -305,19 +306,8 @@ def view_pairs(adapted: AdaptedTrace) -> tuple[tuple[str, str], ...]:
         return ()
     storage = StorageClasses.from_effects(adapted.program, [inst.effects for inst in instructions])
     arguments = set(adapted.program.inputs)
-    pairs: set[tuple[str, str]] = set()
-    for k in candidates:
-        inst, eff = instructions[k], instructions[k].effects
-        signature = python_signature(adapted.bsyms[k].sym)
-        names = list(signature.parameters) if signature is not None else []
-        for w in eff.written:
-            for p, operand in enumerate(inst.inputs):
-                if p == w or (p < len(names) and names[p] in SCALAR_PARAMETERS):
-                    continue
-                pairs.update((a, b) for a in operand_values(inst.inputs[w]) for b in operand_values(operand)
-                             if a != b and not (a in arguments and b in arguments)
-                             and storage.storage(a) == storage.storage(b))
-    return tuple(sorted(pairs))
+    return tuple(sorted({(a, b) for k in candidates for a, b in _written_and_read(adapted, k)
+                         if not (a in arguments and b in arguments) and storage.storage(a) == storage.storage(b)}))
 
 
 def guard_overlaps(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
