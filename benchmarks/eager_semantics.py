@@ -753,7 +753,7 @@ class BatchNormStep(nn.Module):
         return self.norm(self.conv(x)).relu()
 
 
-@program("untraceable", module=True, grad=True, calls=3, tolerance={"rtol": 1e-4, "atol": 1e-5},
+@program("untraceable", module=True, grad=True, calls=3, tolerance={"rtol": 1e-3, "atol": 1e-4},
          make=lambda k: (_randn(4, 2, 3, 3, seed=k),))
 def batch_norm_cumulative_training():
     return BatchNormStep()
@@ -801,7 +801,8 @@ def main(argv: list[str] | None = None) -> int:
                 outcome = worst(run(p, compilers[name], executor, args.fusion_type))
                 kinds[(name, executor)].append(outcome.kind)
                 record["programs"][p.id][f"{name} ({executor})"] = {"kind": outcome.kind, "detail": outcome.detail}
-                print(f"{p.id:50s} {name:18s} {executor:13s} {outcome.kind:8s} {outcome.detail[:90]}", flush=True)
+                detail = " ".join(outcome.detail.split())[:90]
+                print(f"{p.id:50s} {name:18s} {executor:13s} {outcome.kind:8s} {detail}", flush=True)
         raising = sum(p.raises is not None for p in programs)
         rows.append((f"{CLASSES[cls]} — {len(programs)} programs, eager raises in {raising}",
                      *(summary(kinds[column]) for column in columns)))

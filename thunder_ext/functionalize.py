@@ -65,7 +65,7 @@ from ._thunder import SIGINFO
 from .adapter import AdaptedTrace, adapt_bsyms
 from .resolve import bsym_effects
 
-__all__ = ["ThunderRules", "functionalize_for_grad", "Writeback", "NO_GRAD_UPDATE", "WRITEBACK"]
+__all__ = ["ThunderRules", "functionalize_for_grad", "Writeback", "NO_GRAD_UPDATE", "WRITEBACK", "STORED"]
 
 
 # --- the two symbols functionalization adds ------------------------------------------------------------------
@@ -198,6 +198,15 @@ def _same(value: Any) -> Any:
     return value
 
 
+if not hasattr(ProxyTag, "THUNDER_EFFECTS_STORED"):
+    ProxyTag.register_tag("THUNDER_EFFECTS_STORED")
+STORED = ProxyTag.THUNDER_EFFECTS_STORED
+"""Tag of a value an in-place write stores in low-precision (bfloat16/float16) storage, which the functional program
+reads in its place: eager reads it back rounded, so :mod:`thunder_ext.rounding` keeps its reads out of the
+``torch.compile`` region that computed it."""
+
+_LOW_PRECISION = (thunder.dtypes.bfloat16, thunder.dtypes.float16)
+
 SAME = Call(_same, "same")
 """The new value *is* the operand (``copy_(new, dst)``: ``dst``'s new value is ``new``); emits nothing."""
 
@@ -314,6 +323,9 @@ class ThunderRules(Rules):
             return None
         (position, _), name = next(iter(new_values.items()))
         source = 1 - position  # copy_(copy_from, copy_to): operand 1 is written, operand 0 is its new value
+        written, value = self.proxies.get(str(inputs[position])), self.proxies.get(str(inputs[source]))
+        if isinstance(written, TensorProxy) and written.dtype in _LOW_PRECISION and isinstance(value, TensorProxy):
+            value.tags.add(STORED)
         return [Instruction(SAME, (inputs[source],), (name,))]
 
     def scatter(self, index: int, inst: Instruction, output: int, base: Hashable, view: Hashable,
