@@ -19,6 +19,7 @@ error where eager raises), ``error`` (an exception eager does not raise — "fai
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -33,7 +34,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages, whichever is installed
 
-__all__ = ["CLASSES", "Program", "PROGRAMS", "Observed", "Outcome", "observe", "difference", "run", "executors_of",
+__all__ = ["CLASSES", "Program", "PROGRAMS", "Observed", "Outcome", "observe", "difference", "run", "run_isolated",
+           "executors_of",
            "FUSION_TYPES", "main"]
 
 CLASSES: dict[str, str] = {
@@ -117,7 +119,7 @@ def difference(expected: Any, actual: Any, *, rtol: float = 1e-5, atol: float = 
     if isinstance(expected, (list, tuple)):
         if not isinstance(actual, (list, tuple)) or len(expected) != len(actual):
             return f"{where}: expected {len(expected)} items, got {actual!r}"
-        for k, (e, a) in enumerate(zip(expected, actual)):
+        for k, (e, a) in enumerate(zip(expected, actual, strict=True)):
             found = difference(e, a, rtol=rtol, atol=atol, where=f"{where}[{k}]")
             if found:
                 return found
@@ -213,6 +215,31 @@ def compare(program: Program, eager: Observed, compiled: Observed) -> Outcome:
         return Outcome(kind, f"{type(compiled.error).__name__}: {_first_line(compiled.error)}", None, compiled.error)
     found = difference(eager.state, compiled.state, **program.tolerance)
     return Outcome("wrong", found) if found else Outcome("eager")
+
+
+def run_isolated(program: Program, jit: Callable[..., Any], executor: str, fusion_type: str,
+                 seconds: float = 30) -> list[Outcome]:
+    """:func:`run` in a forked child process with a time limit: a compiler that hangs (stock Thunder interpreting
+    ``torch.manual_seed`` blocks forever) is an ``error`` outcome, and nothing it leaves behind reaches this
+    process."""
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+
+    def child() -> None:
+        outcomes = run(program, jit, executor, fusion_type)
+        send.send([(o.kind, o.detail, o.eager_error is not None) for o in outcomes])
+
+    process = context.Process(target=child, daemon=True)
+    process.start()
+    ready = receive.poll(seconds)
+    found = receive.recv() if ready else None
+    process.join(1)
+    if process.is_alive():
+        process.kill()
+        process.join()
+    if found is None:
+        return [Outcome("error", f"hangs (no result within {seconds:.0f} s)")]
+    return [Outcome(kind, detail) for kind, detail, _ in found]
 
 
 def run(program: Program, jit: Callable[..., Any], executor: str, fusion_type: str) -> list[Outcome]:
@@ -798,7 +825,8 @@ def main(argv: list[str] | None = None) -> int:
         for p in programs:
             record["programs"][p.id] = {}
             for name, executor in columns:
-                outcome = worst(run(p, compilers[name], executor, args.fusion_type))
+                runner = run_isolated if name.startswith("stock") else run  # stock hangs on torch.manual_seed
+                outcome = worst(runner(p, compilers[name], executor, args.fusion_type))
                 kinds[(name, executor)].append(outcome.kind)
                 record["programs"][p.id][f"{name} ({executor})"] = {"kind": outcome.kind, "detail": outcome.detail}
                 detail = " ".join(outcome.detail.split())[:90]
