@@ -44,7 +44,7 @@ CLASSES: dict[str, str] = {
     "seeding": "seeding the default generator inside the function",
     "module_state": "module attributes rebound in `forward` (`self.count = self.count + 1`)",
     "low_precision": "bf16/fp16 read after an in-place write (torchcompile regions)",
-    "untraceable": "`.data =`, `t_`, `out=`, `scatter_reduce_`, `index_fill_`, `index_add_(alpha=)`, `|=` on bool, "
+    "untraceable": "`.data =`, `t_`, `out=`, `scatter_reduce_`, `index_fill_`, `index_add_(alpha=)`, `\\|=` on bool, "
                    "`BatchNorm2d(momentum=None)`",
 }
 """The classes of issue 12, in its order: key -> what the class is."""
