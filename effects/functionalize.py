@@ -25,8 +25,10 @@ The walk (one pass, in program order):
   names the same value from then on.
 * **Writes without a functional form** — opaque ops, and declared writers the rules cannot express purely — run on
   private copies: every root they may write is cloned (:meth:`Rules.clone`), the op runs unchanged on the clones
-  (and on views of them replayed from the clones), and the clones become the roots' new values. Such an
-  instruction still writes, but only storage created for it. An opaque op's outputs may alias anything it was
+  (and on views of them replayed from the clones), and the clones become the roots' new values — or, where the op
+  writes a clone directly and hands it back as an output (``index_add_`` returns ``self``), that output: the same
+  tensor, read through a data dependency on the op (passes that order by dataflow alone keep the op first). Such
+  an instruction still writes, but only storage created for it. An opaque op's outputs may alias anything it was
   given: writing one later, or writing storage it was given while one of its outputs is still read, has no value
   semantics to derive and raises :class:`~effects.errors.FunctionalizationError`.
 * **Inputs.** An input whose tree was written gets an **epilogue** entry ``(input, final value)``: the caller
@@ -504,9 +506,26 @@ class _Walk:
             for op in inst.inputs
         )
         self.emit(self.rules.keep(index, inst, inputs), "run", index)
+        handed = self.handed_back_copies(inst, plan, inputs, {copy: top for top, _, copy in roots.values()})
         for top, before, copy in roots.values():
-            self.replace_root(top, before, copy, index)
+            self.replace_root(top, before, handed.get(top.name, copy), index)
         self.define_outputs(index, inst, plan)
+
+    def handed_back_copies(self, inst: Instruction, plan: _Plan, inputs: Sequence[Operand],
+                           copies: Mapping[Value, _Node]) -> dict[Value, Value]:
+        """Roots whose private copy the op wrote directly and hands back as an output (``index_add_`` returns
+        ``self``) -> that output. The output, not the copy, becomes the root's new value: it is the same tensor, but
+        reading it depends on the op by dataflow — a pass that orders by dataflow alone (an autograd split) keeps
+        the op before the reads — and it carries the op's result metadata (a metadata change)."""
+        if plan.back is None:
+            return {}
+        found: dict[Value, Value] = {}
+        for j, k in plan.back.items():
+            value = _one(inputs[k]) if k < len(inputs) else None
+            top = copies.get(value) if value is not None else None
+            if top is not None and top.name not in found:
+                found[top.name] = inst.outputs[j]
+        return found
 
 
 def _one(operand: Operand) -> Value | None:

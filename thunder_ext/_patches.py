@@ -17,8 +17,8 @@ patched name(s)                                   stand-in
 ``rematerialization.rematerialize`` and its       :func:`pipeline.rematerialize`
 imports in ``torch_compile``, ``nvfuserex_impl``
 ``rematerialization.find_cut``                    :func:`pipeline.find_cut`
-``TorchCompileExecutor.fuse``                     :func:`_thunder_fast.fuse` (marks what a fusion was compiled
-                                                  from)
+``TorchCompileExecutor.fuse``                     :func:`pipeline.fuse` (marks what a fusion was compiled
+                                                  from; regions that draw random numbers draw eager's)
 ``TorchCompileExecutor.can_fuse``                 :func:`pipeline.can_fuse` (not the backward of auto-registered
                                                   torch ops: dynamo cannot trace them)
 ``passes._update_fusion_call_ctx``                :func:`_thunder_fast.update_fusion_call_ctx` (recompiles
@@ -178,7 +178,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "rematerialize": (remat_mod.rematerialize, pipeline.rematerialize),
     "find_cut": (remat_mod.find_cut, pipeline.find_cut),
     "Region": (executor_utils.Region, _thunder_fast.region),
-    "fuse": (torch_compile.TorchCompileExecutor.fuse, _thunder_fast.fuse),
+    "fuse": (torch_compile.TorchCompileExecutor.fuse, pipeline.fuse),
     "can_fuse": (torch_compile.TorchCompileExecutor.can_fuse, pipeline.can_fuse),
     UPDATE_FUSION_CALL_CTX.name: (UPDATE_FUSION_CALL_CTX.get(), _thunder_fast.update_fusion_call_ctx),
     "transform_trace_post_optimization": (cudagraph.CUDAGraphTransform.transform_trace_post_optimization,
@@ -348,6 +348,8 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
         rebinding.check_stale_reads(results.computation_trace)
         seeding.refuse_under_autograd(results.computation_trace)
         rebinding.refuse_under_autograd(results.computation_trace)
+        opaque_torch.refuse_under_autograd(results.computation_trace,
+                                           functionalize.differentiated(results.computation_trace))
         eager_checks.guard_overlaps(results, args, kwargs)
         results = functionalize.after_acquire(results, args, kwargs)
     return results

@@ -139,17 +139,18 @@ class Stash:
 
 # --- private names read ---------------------------------------------------------------------------------------
 TORCH_FUNCTION_MAP = Private("thunder.torch", "_torch_to_thunder_function_map", Kind.MODULE,
-                             ("declarations", "opaque_torch"),
+                             ("declarations", "eager_checks", "opaque_torch"),
                              "torch function -> its Thunder symbol (or a dispatch wrapper closing over symbols)")
 VIEW_SYMBOLS = Private("thunder.torch", "_syms_returning_views", Kind.MODULE, ("declarations",),
                        "ltorch symbols whose output is a view of their first operand")
 MAY_VIEW_SYMBOLS = Private("thunder.torch", "_syms_that_may_return_views", Kind.MODULE, ("declarations",),
                            "ltorch symbols whose output may be a view of their first operand")
-METHOD_TABLE = Private("thunder.torch.langctx", "_method_name_to_fn_map", Kind.MODULE, ("opaque_torch", "_patches"),
+METHOD_TABLE = Private("thunder.torch.langctx", "_method_name_to_fn_map", Kind.MODULE,
+                       ("declarations", "opaque_torch", "_patches"),
                        "the Tensor methods of the torch language context; new entries for missing methods")
 LOOKASIDE_TABLE = Private("thunder.core.jit_ext", "_general_jit_lookaside_map", Kind.MODULE, ("_patches",),
                           "the interpreter's lookasides; new entries for torch functions without a symbol")
-GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE, ("_patches",),
+GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE, ("_patches", "opaque_torch"),
                      "symbol id -> gradient rule; entries replaced for rules Thunder gets wrong (grad_fixes)")
 LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch", "_patches"),
                       "ltorch's in-place write: Thunder's own in-place ops are copy_(self, functional(self, ...)); "

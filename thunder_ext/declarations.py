@@ -57,7 +57,7 @@ from thunder.core.symbol import Symbol
 from thunder.executors import torchex
 
 from . import collectives
-from ._thunder import MAY_VIEW_SYMBOLS, TORCH_FUNCTION_MAP, VIEW_SYMBOLS
+from ._thunder import MAY_VIEW_SYMBOLS, METHOD_TABLE, TORCH_FUNCTION_MAP, VIEW_SYMBOLS
 from .keys import impl_key, python_signature, signature_of
 
 __all__ = [
@@ -170,6 +170,12 @@ def _ltorch_symbols() -> dict[Hashable, Symbol]:
     return found
 
 
+DTYPE_CONVERSIONS = ("bfloat16", "half", "float", "double", "int", "long", "short", "char", "byte", "bool",
+                     "type_as")
+"""``Tensor`` methods that convert to a dtype and return the tensor itself when it has that dtype already: their
+result may alias their operand (Thunder's own may-view list has ``to``, not these)."""
+
+
 def _explicit_ltorch(symbols: dict[Hashable, Symbol]) -> dict[Hashable, Effects]:
     """Composites with writes the schema does not show, and the in-place/collective convention."""
     table: dict[Hashable, Effects] = {}
@@ -185,6 +191,11 @@ def _explicit_ltorch(symbols: dict[Hashable, Symbol]) -> dict[Hashable, Effects]
     may_view = MAY_VIEW_SYMBOLS.get()
     for view in (*VIEW_SYMBOLS.get(), *may_view):
         table.setdefault(view.id, make_effects(aliases=[(0, 0, view in may_view)]))
+    methods = METHOD_TABLE.get()
+    for name in DTYPE_CONVERSIONS:  # x.bfloat16() is x itself when x is bfloat16 already
+        sym = methods.get(name)
+        if isinstance(sym, Symbol):
+            table[sym.id] = make_effects(aliases=[(0, 0, True)])
     for sym in symbols.values():  # torch.no_grad() and friends switch autograd's mode, they touch no tensor
         if sym.tags and OpTags.CTX_MANAGER_ENTER_EXIT_OP in sym.tags:
             table[sym.id] = make_effects(resources=[GRAD_MODE])

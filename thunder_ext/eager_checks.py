@@ -25,6 +25,15 @@ prologue (:func:`guard_overlaps`), where Thunder checks that a compiled entry fi
 :func:`overlap_status` (ATen's ``get_overlap_status``, for non-overlapping dense tensors; anything else is "too
 hard", which eager lets through as well) on each pair. Cost: nothing without aliased arguments; otherwise a few
 metadata reads per pair and call.
+
+**Partial overlap through views made inside the function** (``x[0:3].add_(x[1:4])``, ``x.add_(x[0])``;
+:func:`view_pairs`: operands of one in-place op in one storage class, not both arguments). How such views overlap
+depends only on the shapes (part of the cache key) and on the strides and offsets of the arguments they come
+from, so at compile time they are made again from the call's own arguments (view ops only read metadata:
+:class:`_Views`), eager's error is raised if they partially overlap, and the prologue checks that those arguments
+keep their strides (and, if they alias, their offsets; :data:`SAME_LAYOUT`) — a call with another layout compiles
+again and is decided again. Cost: one pass over the trace's in-place ops per compilation; a stride comparison per
+such argument and call, only in functions with such pairs.
 """
 
 from __future__ import annotations
@@ -36,12 +45,14 @@ from typing import Any
 
 import torch
 
-from effects import Access, Effects, OperandEffect, ResourceEffect, operand_values
+from effects import OPAQUE, Access, Effects, OperandEffect, ResourceEffect, StorageClasses, operand_values
 
 import thunder.torch as ltorch
 from thunder.core.dtypes import to_torch_dtype
-from thunder.core.proxies import Proxy, TensorProxy
+from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
+from thunder.core.pytree import tree_flatten, tree_map
 
+from ._thunder import TORCH_FUNCTION_MAP
 from .adapter import AdaptedTrace, adapt
 from .declarations import ASSERT
 from .functionalize import alias_groups_of, argument_tensors
@@ -49,7 +60,8 @@ from .keys import python_signature
 from .opaque_torch import executor
 
 __all__ = ["SCALAR_TYPE_NAMES", "result_type_error", "checked_copy", "Overlap", "overlap_status",
-           "PARTIAL_OVERLAP_MESSAGE", "NO_PARTIAL_OVERLAP", "overlap_pairs", "check_overlaps", "guard_overlaps"]
+           "PARTIAL_OVERLAP_MESSAGE", "NO_PARTIAL_OVERLAP", "SAME_LAYOUT", "overlap_pairs", "view_pairs",
+           "check_overlaps", "guard_overlaps"]
 
 
 # --- in-place result types -------------------------------------------------------------------------------------
@@ -176,22 +188,21 @@ def overlap_pairs(adapted: AdaptedTrace, alias_groups: Iterable[frozenset[str]])
     :class:`~thunder_ext.adapter.AdaptedTrace` of a computation trace) writes and reads: the pairs eager checks
     for partial overlap. Sorted, without repeats."""
     group_of = {name: k for k, group in enumerate(alias_groups) for name in group}
-    pairs: set[tuple[str, str]] = set()
-    for inst, bsym in zip(adapted.program.instructions, adapted.bsyms, strict=True):
-        eff = inst.effects
-        if eff is None or eff.opaque or not eff.written:
-            continue
-        signature = python_signature(bsym.sym)
-        names = list(signature.parameters) if signature is not None else []
-        for w in eff.written:
-            for k, operand in enumerate(inst.inputs):
-                if k == w or (k < len(names) and names[k] in SCALAR_PARAMETERS):
-                    continue
-                pairs.update((a, b) for a in operand_values(inst.inputs[w])  # type: ignore[misc]  # names: str
-                             for b in operand_values(operand)
-                             if a != b and a in group_of
-                             and group_of[a] == group_of.get(b))  # type: ignore[call-overload]
-    return tuple(sorted(pairs))
+    return tuple(sorted({(a, b) for k in range(len(adapted.bsyms)) for a, b in _written_and_read(adapted, k)
+                         if a in group_of and group_of[a] == group_of.get(b)}))
+
+
+def _written_and_read(adapted: AdaptedTrace, k: int) -> set[tuple[Any, Any]]:
+    """``(written, read)`` values of instruction ``k`` (another operand, not one read as a number), if it writes."""
+    inst = adapted.program.instructions[k]
+    eff = inst.effects
+    if eff is None or eff.opaque or not eff.written:
+        return set()
+    signature = python_signature(adapted.bsyms[k].sym)
+    names = list(signature.parameters) if signature is not None else []
+    return {(a, b) for w in eff.written for p, operand in enumerate(inst.inputs)
+            if p != w and not (p < len(names) and names[p] in SCALAR_PARAMETERS)
+            for a in operand_values(inst.inputs[w]) for b in operand_values(operand) if a != b}
 
 
 def check_overlaps(pairs: Iterable[tuple[str, str]], tensors: Mapping[str, torch.Tensor]) -> None:
@@ -200,19 +211,140 @@ def check_overlaps(pairs: Iterable[tuple[str, str]], tensors: Mapping[str, torch
         _no_partial_overlap(tensors[written], tensors[read])
 
 
+def _same_layout(tensor: torch.Tensor, strides: tuple[int, ...], offset: int | None) -> None:
+    if tensor.stride() != strides or (offset is not None and tensor.storage_offset() != offset):
+        raise RuntimeError("thunder_effects_same_layout: the argument's strides or offset differ from the compiled "
+                           "entry's (a cache miss, not an error)")
+
+
+def _same_layout_meta(tensor: TensorProxy, strides: tuple[int, ...], offset: int | None) -> None:
+    return None
+
+
+SAME_LAYOUT = executor.register_operator(
+    "thunder_effects_same_layout", meta=_same_layout_meta, fn=_same_layout,
+    effects=Effects(operands=(OperandEffect(0, Access.READ),),
+                    resources=frozenset({ResourceEffect(ASSERT, ordered=False)})))
+"""``same_layout(t, strides, offset)``: a prologue check that ``t`` has the strides (and, unless ``None``, the
+storage offset) it had when the entry was compiled; otherwise the entry does not fit the call."""
+
+
+def _torch_function(sym: Any) -> Callable[..., Any] | None:
+    """The torch callable a Thunder view symbol stands for (``ltorch.getitem`` -> ``Tensor.__getitem__``)."""
+    for torch_fn, mapped in TORCH_FUNCTION_MAP.get().items():
+        if mapped is sym:
+            return torch_fn
+    name = sym.name
+    if name == "getitem":
+        return torch.Tensor.__getitem__
+    return getattr(torch.Tensor, name, None) or getattr(torch, name, None)
+
+
+class _Views:
+    """The run-time tensors of a computation's views of its arguments, made again from the call's arguments (view
+    ops only read metadata; anything else is not made: ``None``). Remembers which arguments each view came from."""
+
+    def __init__(self, adapted: AdaptedTrace, tensors: Mapping[str, torch.Tensor]) -> None:
+        self.adapted = adapted
+        self.tensors = dict(tensors)
+        self.roots: dict[str, frozenset[str]] = {name: frozenset({name}) for name in tensors}
+        self.producer = {v: (i, j) for i, inst in enumerate(adapted.program.instructions)
+                         for j, v in enumerate(inst.outputs)}
+
+    def __call__(self, name: str) -> torch.Tensor | None:
+        if name in self.tensors:
+            return self.tensors[name]
+        if name not in self.producer:
+            return None
+        i, j = self.producer[name]
+        self.tensors[name] = None  # type: ignore[assignment]  # no cycles; failures stay failures
+        inst, bsym = self.adapted.program.instructions[i], self.adapted.bsyms[i]
+        eff = inst.effects
+        fn = _torch_function(bsym.sym)
+        if eff is None or eff.opaque or eff.written or eff.resources or not eff.aliases or fn is None:
+            return None
+        roots: set[str] = set()
+
+        def real(x: Any) -> Any:
+            if isinstance(x, TensorProxy):
+                t = self(x.name)
+                if t is None:
+                    raise LookupError(x.name)
+                roots.update(self.roots.get(x.name, ()))
+                return t
+            if isinstance(x, NumberProxy):
+                return x.value
+            if isinstance(x, Proxy):
+                raise LookupError(x.name)
+            return x
+
+        try:
+            args, kwargs = tree_map(real, (bsym.args, bsym.kwargs))
+            out = fn(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - not made: the pair is not checked
+            return None
+        flat = list(out) if isinstance(out, (tuple, list)) else [out]
+        traced = tree_flatten(bsym.output)[0]
+        positions = [k for k, o in enumerate(traced) if isinstance(o, Proxy)]
+        if len(flat) != len(traced) or j >= len(positions):
+            return None
+        made = flat[positions[j]]
+        if not isinstance(made, torch.Tensor):
+            return None
+        self.tensors[name] = made
+        self.roots[name] = frozenset(roots)
+        return made
+
+
+def view_pairs(adapted: AdaptedTrace) -> tuple[tuple[str, str], ...]:
+    """``(written, read)`` values one in-place instruction of ``adapted`` writes and reads that may share storage
+    (one storage class: views of one argument, or of arguments that alias) and are not both arguments: views made
+    inside the function (``x[0:3].add_(x[1:4])``, ``x.add_(x[0])``). Sorted, without repeats."""
+    instructions = adapted.program.instructions
+    candidates = [k for k, inst in enumerate(instructions) if inst.effects is not None and not inst.effects.opaque
+                  and inst.effects.written and sum(len(operand_values(op)) for op in inst.inputs) > 1]
+    if not candidates:
+        return ()
+    storage = StorageClasses.from_effects(adapted.program, [inst.effects or OPAQUE for inst in instructions])
+    arguments = set(adapted.program.inputs)
+    return tuple(sorted({(a, b) for k in candidates for a, b in _written_and_read(adapted, k)
+                         if not (a in arguments and b in arguments) and storage.storage(a) == storage.storage(b)}))
+
+
 def guard_overlaps(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-    """For a compilation whose arguments alias: raise eager's error now if this call's pairs partially overlap
-    (nothing is compiled), and add :data:`NO_PARTIAL_OVERLAP` for each pair to the prologue, so that a later call
-    whose arguments alias the same way but overlap partially does not run this entry (and compiles, and raises).
+    """Raise eager's partial-overlap error now if this call's operands of one in-place op partially overlap
+    (nothing is compiled), and guard the entry in the prologue so that a later call it would not raise for does not
+    run it (and compiles, and raises):
+
+    * arguments that alias (:func:`overlap_pairs`): :data:`NO_PARTIAL_OVERLAP` for each pair, on every call;
+    * views made inside the function (:func:`view_pairs`): made again from this call's arguments (:class:`_Views`)
+      and checked now; the arguments they come from keep their strides (and, when they alias, their offsets) —
+      :data:`SAME_LAYOUT` — since how views overlap depends on nothing else.
+
     ``results`` are Thunder's ``TraceResults`` (its prologue is changed in place)."""
     prologue, computation = results.prologue_trace, results.computation_trace
     tensors = argument_tensors(prologue, computation, args, kwargs)
     aliased = alias_groups_of(tensors)
-    if not aliased:
-        return
-    pairs = overlap_pairs(adapt(computation, input_aliases=aliased), aliased)
+    adapted = adapt(computation, input_aliases=aliased)
+    pairs = overlap_pairs(adapted, aliased) if aliased else ()
     check_overlaps(pairs, tensors)
+    inside = view_pairs(adapted)
+    guarded: dict[str, int | None] = {}
+    if inside:
+        views = _Views(adapted, tensors)
+        in_group = {name for group in aliased for name in group}
+        for written, read in inside:
+            w, r = views(written), views(read)
+            if w is None or r is None:
+                continue
+            _no_partial_overlap(w, r)
+            for root in views.roots[written] | views.roots[read]:
+                guarded[root] = int(tensors[root].storage_offset()) if root in in_group else None
+    if not pairs and not guarded:
+        return
     pro_to_comp = prologue.bound_symbols[-1].args[0][0]
     proxy_of = {c.name: p for c, p in zip(computation.args, pro_to_comp, strict=False) if isinstance(c, Proxy)}
     checks = [NO_PARTIAL_OVERLAP.bind(proxy_of[w], proxy_of[r], output=None) for w, r in pairs]
+    checks += [SAME_LAYOUT.bind(proxy_of[root], tuple(tensors[root].stride()), offset, output=None)
+               for root, offset in sorted(guarded.items())]
     prologue.bound_symbols[-1:-1] = checks

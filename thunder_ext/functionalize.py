@@ -66,7 +66,7 @@ from .adapter import AdaptedTrace, adapt_bsyms
 from .resolve import bsym_effects
 from .state import record_epilogue_writes
 
-__all__ = ["ThunderRules", "functionalize_for_grad", "Writeback", "NO_GRAD_UPDATE", "WRITEBACK"]
+__all__ = ["ThunderRules", "functionalize_for_grad", "Writeback", "NO_GRAD_UPDATE", "WRITEBACK", "STORED"]
 
 
 # --- the two symbols functionalization adds ------------------------------------------------------------------
@@ -200,6 +200,15 @@ def _same(value: Any) -> Any:
     return value
 
 
+if not hasattr(ProxyTag, "THUNDER_EFFECTS_STORED"):
+    ProxyTag.register_tag("THUNDER_EFFECTS_STORED")
+STORED = ProxyTag.THUNDER_EFFECTS_STORED
+"""Tag of a value an in-place write stores in low-precision (bfloat16/float16) storage, which the functional program
+reads in its place: eager reads it back rounded, so :mod:`thunder_ext.rounding` keeps its reads out of the
+``torch.compile`` region that computed it."""
+
+_LOW_PRECISION = (thunder.dtypes.bfloat16, thunder.dtypes.float16)
+
 SAME = Call(_same, "same")
 """The new value *is* the operand (``copy_(new, dst)``: ``dst``'s new value is ``new``); emits nothing."""
 
@@ -317,6 +326,9 @@ class ThunderRules(Rules):
             return None
         (position, _), name = next(iter(new_values.items()))
         source = 1 - position  # copy_(copy_from, copy_to): operand 1 is written, operand 0 is its new value
+        written, value = self.proxies.get(str(inputs[position])), self.proxies.get(str(inputs[source]))
+        if isinstance(written, TensorProxy) and written.dtype in _LOW_PRECISION and isinstance(value, TensorProxy):
+            value.tags.add(STORED)
         return [Instruction(SAME, (inputs[source],), (name,))]
 
     def scatter(self, index: int, inst: Instruction, output: int, base: Hashable, view: Hashable,
@@ -481,6 +493,26 @@ def functionalize_for_grad(trace: TraceCtx, *, grad_enabled: bool,
         return _functionalize_for_grad(trace, grad_enabled, input_aliases)
 
 
+def _fresh_outputs(adapted: AdaptedTrace) -> set[tuple[int, int]]:
+    """``(instruction, output)`` may-views that are fresh tensors in this trace: a conversion to another dtype or
+    device (``x.to(torch.bfloat16)``, ``x.bfloat16()`` of a float32 ``x``) is never its operand."""
+    fresh: set[tuple[int, int]] = set()
+    for i, (inst, bsym) in enumerate(zip(adapted.program.instructions, adapted.bsyms, strict=True)):
+        eff = inst.effects
+        if eff is None or eff.opaque or not any(a.may for a in eff.aliases):
+            continue
+        outs = [o for o in bsym.flat_proxy_outs]
+        by_name = {p.name: p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)}
+        for alias in eff.aliases:
+            if not alias.may or alias.of_output or alias.output >= len(outs):
+                continue
+            out, values = outs[alias.output], operand_values(inst.inputs[alias.operand])
+            src = by_name.get(values[0]) if len(values) == 1 else None
+            if isinstance(out, TensorProxy) and src is not None and (out.dtype, out.device) != (src.dtype, src.device):
+                fresh.add((i, alias.output))
+    return fresh
+
+
 def _functionalize_for_grad(trace: TraceCtx, grad_enabled: bool,
                             input_aliases: Iterable[Iterable[str]]) -> tuple[TraceCtx, tuple[Writeback, ...]]:
     side_effects: set[int] = set()
@@ -490,7 +522,8 @@ def _functionalize_for_grad(trace: TraceCtx, grad_enabled: bool,
     proxies = _trace_proxies(trace)
     modes = _grad_modes(adapted, grad_enabled, side_effects)
     views, bases = _synthetic_bases(adapted.program.input_aliases, adapted.program.inputs)
-    result = functionalize(adapted.program, ThunderRules(adapted, modes, proxies), input_views=views)
+    result = functionalize(adapted.program, ThunderRules(adapted, modes, proxies), input_views=views,
+                           fresh_outputs=_fresh_outputs(adapted))
     build = _Build(trace, adapted, result, proxies, bases, _written_under_grad(adapted, modes), flat_args)
     new, writebacks = build(frozenset())
     cloned = _read_through_clones(new, writebacks, flat_args)

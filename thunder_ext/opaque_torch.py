@@ -21,6 +21,10 @@ extension points:
   X(self, ...))``, Thunder's own definition of its in-place ops, so they differentiate and fuse; likewise
   ``F.dropout(inplace=True)`` (:data:`DERIVED_FUNCTIONS`), which Thunder's symbol refuses.
 
+In a differentiated compilation an operator autograd would have to differentiate (a floating-point operand, outside
+``no_grad``) is refused with :class:`OpaqueUnderAutogradError` (:func:`refuse_under_autograd`): no gradient rule is
+derived for opaque calls yet, and Thunder would stop with "Failed to find a gradient transform".
+
 Lookaside and method entries are new entries in Thunder's tables, so they are added and removed by
 :mod:`thunder_ext._patches` (held while a ``thunder_ext.jit`` function runs or between ``install``/``uninstall``).
 The operators run only where :data:`executor` is among the compilation's ``executors``: :func:`thunder_ext.jit`
@@ -46,20 +50,22 @@ import thunder.extend as extend
 import thunder.torch as ltorch
 from thunder.core.devices import to_device, to_torch_device
 from thunder.core.dtypes import to_dtype, to_torch_dtype
-from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
+from thunder.core import dtypes
+from thunder.core.proxies import NumberProxy, Proxy, ProxyTag, TensorProxy
 from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import interpreter_needs_wrap
 from thunder.core.jit_ext import ensure_recursive_proxies
 from thunder.core.symbol import Symbol
 
-from ._thunder import LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
+from ._thunder import GRAD_TABLE, LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
 from .plugin import OperatorExecutor
 
 __all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "supported", "operator_for", "derived_methods",
            "opaque_method", "DERIVED_FUNCTIONS", "FUNCTIONAL_TWINS", "METADATA_METHODS", "AUTOGRAD_STATE",
            "RANDOM_FILLS", "native_lookaside", "inplace_name", "register_opaque",
            "INPLACE_OPERATORS",
-           "executors_with", "lookasides", "methods"]
+           "executors_with", "lookasides", "methods", "grad_requiring", "OpaqueUnderAutogradError",
+           "refuse_under_autograd"]
 
 EXECUTOR_NAME = "thunder_effects_opaque_torch"
 
@@ -86,6 +92,26 @@ def _proxy(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_proxy(v) for v in value)
     return value
+
+
+def grad_requiring(bsyms: Sequence[Any]) -> set[str]:
+    """Names of the tensors of ``bsyms`` (a trace's bound symbols, in order) that eager would hold with autograd
+    history when grad mode is on: inputs (proxies nothing before made) that require grad, and the floating outputs
+    of every bound symbol that reads one, except those computed under ``no_grad`` (Thunder tags them
+    ``DETACHED_AUTOGRAD_GRAPH``). Thunder's own ``requires_grad`` of an intermediate proxy is not that: it is
+    ``False`` for most of them."""
+    made: set[str] = set()
+    grad: set[str] = set()
+    for bsym in bsyms:
+        outs = [o for o in bsym.flat_proxy_outs if isinstance(o, TensorProxy)]
+        args = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
+        grad.update(p.name for p in args if p.name not in made and p.requires_grad)
+        made.update(o.name for o in outs)
+        if any(ProxyTag.DETACHED_AUTOGRAD_GRAPH in o.tags for o in outs):
+            continue
+        if any(p.name in grad for p in args):
+            grad.update(o.name for o in outs if dtypes.is_inexact_dtype(o.dtype))
+    return grad
 
 
 # --- operators: one per ATen overload ------------------------------------------------------------------------
@@ -388,3 +414,31 @@ def executors_with(executors: Sequence[Any] | None) -> list[Any]:
     if not any(e is executor or e == EXECUTOR_NAME for e in chosen):
         chosen.append(executor)
     return chosen
+
+
+class OpaqueUnderAutogradError(NotImplementedError):
+    """An opaque torch call that autograd would have to differentiate (see :func:`refuse_under_autograd`)."""
+
+
+def refuse_under_autograd(computation: Any, differentiated: bool) -> None:
+    """Raise :class:`OpaqueUnderAutogradError` if ``computation`` (just acquired) will be differentiated
+    (``differentiated``) and calls an operator of this module that Thunder would have to differentiate: one with
+    a floating-point tensor operand, outside ``no_grad`` (Thunder's test, ``is_constant_for_vjp``), without a
+    gradient rule. Thunder would stop with "Failed to find a gradient transform"; the opaque fallback has no
+    derivative to offer yet."""
+    if not differentiated:
+        return
+    from thunder.core.transforms import augmented_forward_impls, is_constant_for_vjp
+
+    grad_rules = GRAD_TABLE.get()
+    for bsym in computation.bound_symbols:
+        sym = _operators.get(bsym.sym.name)
+        if sym is None or sym is not bsym.sym or sym.id in grad_rules or sym.id in augmented_forward_impls:
+            continue
+        if not is_constant_for_vjp(bsym):
+            raise OpaqueUnderAutogradError(
+                f"{sym.name} (an ATen op Thunder has no symbol for, run as an opaque torch call) inside a jitted "
+                "function that is differentiated (an argument requires grad): it has no gradient rule yet. Call it "
+                "under torch.no_grad() if it needs no gradient, outside the jitted function, or with a Thunder op "
+                "(e.g. index_add_ without alpha, source * alpha instead)."
+            )

@@ -7,7 +7,9 @@ parameter of the ATen overload eager picks (``x.index_add_(0, i, s, alpha=2)``).
 * ``F(*args, out=o)`` of a torch function Thunder maps is **derived**: ``F(*args)`` (Thunder's symbol) and then
   ``copy_(o, result)`` per output through ``thunder.torch._copy_`` — exactly ATen's definition of an ``out=``
   variant, so it differentiates and fuses like Thunder's own in-place ops and gets eager's result-type check
-  (:mod:`thunder_ext.eager_checks`). The call returns ``o``'s new value, as eager returns ``o``. An ``o`` of another
+  (:mod:`thunder_ext.eager_checks`). The call returns ``o``'s new value, as eager returns ``o``. As in eager, a
+  call where grad mode is on and an argument (or ``o``) requires grad raises ``RuntimeError`` (autograd does not
+  differentiate ``out=`` variants; :func:`refuse_under_grad`). An ``o`` of another
   shape would be resized by eager (a metadata change of the caller's tensor, deprecated when ``o`` is not empty):
   :class:`OutShapeError` says so and how to avoid it.
 * an **in-place method** call Thunder's symbol cannot bind runs as an opaque torch call of the ATen overload
@@ -27,16 +29,19 @@ from typing import Any
 
 import torch
 
+from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import unwrap
 from thunder.core.jit_ext import record_source_loc_in_symbol_header
 from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import Symbol
+from thunder.core.trace import get_tracectx
 
 from ._thunder import LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
 from .keys import python_signature
-from .opaque_torch import OpaqueTorchOp, inplace_name, native_lookaside, register_opaque
+from .opaque_torch import OpaqueTorchOp, grad_requiring, inplace_name, native_lookaside, register_opaque
 
-__all__ = ["OutShapeError", "accepts", "write_out", "out_functions", "lookasides", "methods"]
+__all__ = ["OutShapeError", "accepts", "write_out", "refuse_under_grad", "out_functions", "lookasides", "methods"]
 
 
 class OutShapeError(NotImplementedError):
@@ -79,12 +84,34 @@ def write_out(label: str, out: Any, result: Any) -> Any:
     return written if isinstance(out, (tuple, list)) else written[0]
 
 
-def _derived_out(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def refuse_under_grad(label: str, operands: Any) -> None:
+    """Raise eager's ``RuntimeError`` if grad mode is on and a tensor among ``operands`` (the call's arguments and
+    ``out``) would require grad in eager: autograd does not differentiate ``out=`` variants."""
+    cd = get_compile_data()
+    if cd is None or not cd.is_grad_enabled:
+        return
+    tensors = [t for t in tree_flatten(operands)[0] if isinstance(t, TensorProxy)]
+    if not tensors:
+        return
+    grad = grad_requiring(get_tracectx().bound_symbols)
+    if any(t.name in grad or t.requires_grad for t in tensors):
+        raise RuntimeError(f"{label.rsplit('.', 1)[-1]}(): functions with out=... arguments don't support automatic "
+                           "differentiation, but one of the arguments requires grad.")
+
+
+def _derived_out(label: str, fn: Callable[..., Any]) -> Symbol:
+    """``F(*args, out=o)`` as one composite symbol (``thunder_effects_out_F``) whose subsymbols are ``F`` and the
+    ``copy_`` into ``o``: one bound symbol reads the arguments and writes ``o``, as eager's kernel does, so the
+    effect graph (and :mod:`thunder_ext.eager_checks`'s overlap check) sees the pair; executors run the
+    subsymbols."""
+    name = f"out_{label.rsplit('.', 1)[-1]}"
+
     def call(*args: Any, out: Any, **kwargs: Any) -> Any:
+        refuse_under_grad(label, (args, kwargs, out))
         return write_out(label, out, fn(*args, **kwargs))
 
-    call.__name__ = call.__qualname__ = f"out_{label.rsplit('.', 1)[-1]}"
-    return call
+    call.__name__ = call.__qualname__ = name
+    return Symbol(name=f"thunder_effects_{name}", meta=call, id=f"thunder_effects_{name}", is_prim=False)
 
 
 def _out_aware(original: Callable[..., Any], label: str, sym: Callable[..., Any]) -> Callable[..., Any]:

@@ -48,6 +48,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 import effects
 from effects import DependencyGraph, Instruction, gc_paused, live_instructions, partition
 
@@ -57,9 +59,10 @@ from thunder.core.proxies import Proxy, variableify
 from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
+import thunder.executors.torch_compile as torch_compile_module
 from thunder.executors.data_dependent_partition import Node
 
-from . import collectives, cudagraph, inductor_guard, rounding
+from . import _thunder_fast, collectives, cudagraph, inductor_guard, rounding
 from ._thunder import DCE_FIXPOINT
 from ._thunder_fast import DontDce, dedup_number_proxies, proxy_arg_names, proxy_outs, with_bound_symbols
 from .adapter import AdaptedTrace, adapt
@@ -67,7 +70,8 @@ from .keys import label_of
 from .resolve import bsym_effects, effects_lookup
 from .state import current_epilogue_writes, current_input_aliases
 
-__all__ = ["fuse_bound_symbols", "dce", "rematerialize", "find_cut", "unsafe_remat_pairs", "can_fuse", "sort_waits"]
+__all__ = ["fuse_bound_symbols", "dce", "rematerialize", "find_cut", "unsafe_remat_pairs", "can_fuse", "sort_waits",
+           "fuse", "draws_random_numbers"]
 
 
 def _adapt(trace: TraceCtx) -> tuple[AdaptedTrace, DependencyGraph]:
@@ -364,3 +368,43 @@ def can_fuse(original: Callable[..., bool], self: Any, bsym: BoundSymbol) -> boo
     a group of one is fused when the executor can fuse its member)."""
     return (bsym.sym.id not in _torch_autograd_fallbacks() and not collectives.is_async_collective(bsym)
             and id(bsym) not in _kept_out.get().ids and bool(original(self, bsym)))
+
+
+# --- torch.compile regions that draw random numbers -------------------------------------------------------------
+def draws_random_numbers(bsyms: Sequence[BoundSymbol]) -> bool:
+    """Whether one of ``bsyms`` (a region's members) has an effect on a random-number generator (``rng[...]``)."""
+    return any(r.resource.kind == "rng" for b in bsyms for r in bsym_effects(b).resources)
+
+
+class _TorchWithOptions:
+    """``torch`` as ``thunder.executors.torch_compile`` sees it while one region compiles: ``torch.compile`` with
+    Inductor options added (everything else is torch's)."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self._options = options
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    def compile(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("mode") is None:  # torch.compile refuses a mode and options together
+            kwargs.pop("mode", None)
+            kwargs["options"] = {**(kwargs.get("options") or {}), **self._options}
+        return torch.compile(*args, **kwargs)
+
+
+def fuse(original: Callable[..., BoundSymbol], self: Any, region: Any, fusion_counter: int) -> BoundSymbol:
+    """Stand-in for ``TorchCompileExecutor.fuse`` (:func:`_thunder_fast.fuse`, which marks what a fusion was compiled
+    from). A region whose members draw random numbers is compiled with Inductor's ``fallback_random``: its draws
+    call eager's kernels on the default generator, in program order, so they are eager's numbers and leave the
+    generator as eager does — Inductor's own generator (seeded from the default one) draws other numbers, so a
+    program that seeds (inside or before the call) would not see eager's. Costs those regions Inductor's fused random
+    number generation; other regions are compiled as before."""
+    if not draws_random_numbers(region.bound_symbols):
+        return _thunder_fast.fuse(original, self, region, fusion_counter)
+    previous = torch_compile_module.torch
+    torch_compile_module.torch = _TorchWithOptions({"fallback_random": True})
+    try:
+        return _thunder_fast.fuse(original, self, region, fusion_counter)
+    finally:
+        torch_compile_module.torch = previous

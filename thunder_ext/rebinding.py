@@ -16,6 +16,9 @@ and in the effect graph), otherwise a later read of the old proxy would compute 
 :func:`check_stale_reads` (run on every acquired trace by :mod:`thunder_ext._patches`) raises
 :class:`StaleTensorError` naming the tensor and the change. Cost: one scan of the interpreted frames per change, at
 trace time; nothing at run time besides the call itself.
+
+In a differentiated compilation every such change is refused (:class:`MetadataUnderAutogradError`,
+:func:`refuse_under_autograd`): the functional program autograd needs writes arguments back by value.
 """
 
 from __future__ import annotations
@@ -37,15 +40,20 @@ from thunder.core.transforms import get_grad, put_grad, register_grad
 
 from ._thunder import REBOUND
 from .functionalize import differentiated
-from .opaque_torch import METADATA_METHODS, OpaqueTorchOp, executor, native_lookaside, opaque_method
+from .opaque_torch import METADATA_METHODS, OpaqueTorchOp, executor, native_lookaside, opaque_method, operator_for
 
-__all__ = ["StaleTensorError", "DataUnderAutogradError", "refuse_under_autograd", "Rebound", "SET_DATA", "rebind",
-           "rebinding_lookaside", "check_stale_reads",
+__all__ = ["StaleTensorError", "MetadataUnderAutogradError", "DataUnderAutogradError", "refuse_under_autograd",
+           "Rebound", "SET_DATA", "rebind", "rebinding_lookaside", "check_stale_reads",
            "supported", "lookasides", "methods"]
 
 
-class DataUnderAutogradError(NotImplementedError):
-    """``t.data = v`` on a tensor that requires grad, in a differentiated compilation."""
+class MetadataUnderAutogradError(NotImplementedError):
+    """An in-place change of a tensor's metadata or storage (``t.data = v``, ``t_``, ``squeeze_``, ...) in a
+    differentiated compilation (see :func:`refuse_under_autograd`)."""
+
+
+DataUnderAutogradError = MetadataUnderAutogradError
+"""The former name of :class:`MetadataUnderAutogradError` (``.data =`` only)."""
 
 
 class StaleTensorError(NotImplementedError):
@@ -139,11 +147,16 @@ def _data_assignment(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # --- the metadata methods -------------------------------------------------------------------------------------------
+def _operators_of(op: OpaqueTorchOp) -> list[Any]:
+    return [operator_for(getattr(op.packet, name)) for name in op.packet.overloads()]
+
+
 def _register_all() -> tuple[OpaqueTorchOp, ...]:
     return tuple(opaque_method(name) for name in sorted(METADATA_METHODS) if hasattr(torch.ops.aten, name))
 
 
 _SUPPORTED = _register_all()
+_METADATA_LABELS = {sym.id: op.method for op in _SUPPORTED for sym in _operators_of(op)}
 
 
 def supported() -> tuple[OpaqueTorchOp, ...]:
@@ -207,15 +220,21 @@ def check_stale_reads(trace: TraceCtx) -> None:
 
 
 def refuse_under_autograd(computation: TraceCtx) -> None:
-    """Raise :class:`DataUnderAutogradError` if ``computation`` (just acquired, to be differentiated) assigns
-    ``.data`` of a tensor that requires grad: functionalization writes such a tensor back through autograd, which
-    refuses a leaf, while eager's ``.data`` bypasses autograd."""
+    """Raise :class:`MetadataUnderAutogradError` if ``computation`` (just acquired, to be differentiated) changes a
+    tensor's metadata or storage in place (``t.data = v``, ``t_``, ``squeeze_``, ``resize_``, ...).
+
+    The functional program autograd needs runs writers like these on private copies and writes arguments back by
+    value: a change of shape cannot be written back that way, and ``.data =`` would no longer make the tensor share
+    the source's storage (and on a tensor that requires grad, eager bypasses autograd where the write-back cannot).
+    Refused, with a typed error, rather than computed differently from eager."""
     if not differentiated(computation):
         return
     for bsym in computation.bound_symbols:
-        if bsym.sym is SET_DATA and bsym.args[0].requires_grad:
-            raise DataUnderAutogradError(
-                f"{bsym.args[0].name}.data = ... on a tensor that requires grad, inside a jitted function that is "
-                "differentiated: not supported yet. Assign .data outside the jitted function, or write the values "
-                "with `with torch.no_grad(): t.copy_(v)`."
+        label = ".data =" if bsym.sym is SET_DATA else _METADATA_LABELS.get(bsym.sym.id)
+        if label is not None:
+            raise MetadataUnderAutogradError(
+                f"{label} on {bsym.args[0].name} inside a jitted function that is differentiated (an argument "
+                "requires grad): in-place changes of a tensor's shape or storage are not supported under autograd "
+                "yet. Make the change outside the jitted function, use the out-of-place form (t = t.t(), "
+                "t = t.squeeze()), or call it under torch.no_grad() / with inputs that do not require grad."
             )

@@ -11,8 +11,9 @@ reads its low-precision parameters and activations right after writing them.
 :func:`split_rounded_reads` keeps such a read out of the writer's graph: a region is split before a member that
 reads a storage class (:mod:`effects.alias`, run-time argument aliases included) that an earlier member of the
 region wrote with a low-precision floating dtype — or, in a functionalized program (autograd), a value an earlier
-member computed that a ``prims.copy_`` write-back stores in low precision (the write itself comes last).
-The value then crosses a graph boundary, where it is stored —
+member computed that a ``prims.copy_`` write-back stores in low precision (the write itself comes last), or that an
+in-place write of an intermediate stored in low precision (tagged :data:`~thunder_ext.functionalize.STORED` when
+the write was functionalized away). The value then crosses a graph boundary, where it is stored —
 rounded — exactly as eager stores it. Other values keep Inductor's numerics (the fused arithmetic of a region is
 not eager's op-by-op rounding; only what is *stored* is promised: an intermediate written in place by a
 functionalized program is a value like any other). Opaque writers never share a ``torch.compile``
@@ -36,6 +37,7 @@ from thunder.core.prims import PrimIDs
 from thunder.core.proxies import TensorProxy
 
 from .adapter import AdaptedTrace
+from .functionalize import STORED
 
 __all__ = ["LOW_PRECISION", "split_rounded_reads"]
 
@@ -61,6 +63,7 @@ def _stored_values(adapted: AdaptedTrace, graph: DependencyGraph) -> set[Hashabl
     for i, bsym in enumerate(adapted.bsyms):
         if bsym.sym.id is PrimIDs.COPY_ and _low_precision_writes(adapted, graph, i):
             stored.update(operand_values(adapted.program.instructions[i].inputs[0]))
+        stored.update(o.name for o in bsym.flat_proxy_outs if STORED in o.tags)
     return stored
 
 

@@ -22,8 +22,8 @@ outputs and tagged symbols. The interpreter looks aside to it (:func:`lookasides
 Both return the generator, as torch does. In a differentiated compilation (an argument requires grad) seeding is
 refused (:func:`refuse_under_autograd`, :class:`SeedUnderAutogradError`): Thunder's forward/backward split keeps in
 the forward only what produces forward values, so an operation without outputs would run in the backward, after
-the draws it should precede. Fusion executors that draw their own numbers (torch.compile's philox
-streams) seed those from the default generator, so they repeat from call to call too, with numbers of their own.
+the draws it should precede. Draws inside torch.compile regions are eager's numbers too: such regions are
+compiled with Inductor's ``fallback_random`` (:func:`thunder_ext.pipeline.fuse`).
 """
 
 from __future__ import annotations
