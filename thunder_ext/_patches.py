@@ -37,7 +37,9 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   seeding as an ordered RNG write (:mod:`thunder_ext.seeding`),
                                                   ``out=`` calls (:mod:`thunder_ext.overloads`), ``.data =`` and
                                                   metadata methods (:mod:`thunder_ext.rebinding`),
-                                                  ``BatchNorm(momentum=None)`` (:mod:`thunder_ext.batch_norm`)
+                                                  ``BatchNorm(momentum=None)`` (:mod:`thunder_ext.batch_norm`),
+                                                  profiler ``record_function`` and ``torch.ops.profiler``
+                                                  calls as no-ops (:mod:`thunder_ext.profiler`)
 ``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them; Thunder's in-place
                                                   methods check the call binds first (:mod:`thunder_ext.overloads`)
 ``transforms._grad_fn_map[sym_id]``               gradient rules Thunder gets wrong (:mod:`thunder_ext.grad_fixes`)
@@ -83,8 +85,9 @@ import thunder.transforms.cudagraph as cudagraph
 from thunder.core.compile_data import get_compile_data
 
 from . import (_thunder_fast, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize, module_state,
-               opaque_torch, overloads, pipeline, rebinding, seeding, state)
-from ._thunder import GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, UPDATE_FUSION_CALL_CTX
+               dict_state, opaque_torch, optimizers, overloads, pipeline, profiler, rebinding, seeding, state)
+from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
+                       UPDATE_FUSION_CALL_CTX)
 from .grad_fixes import GRAD_FIXES
 
 __all__ = ["Patch", "PATCHES", "STAND_INS", "RUNNER_METHODS", "COMPILE_HOOK", "guarded", "apply", "restore", "applied",
@@ -118,11 +121,14 @@ class Patch:
     def current(self) -> Any:
         if isinstance(self.owner, dict):
             return self.owner.get(self.name, ABSENT)
-        return getattr(self.owner, self.name)
+        return getattr(self.owner, self.name, ABSENT)
 
     def put(self, value: Any) -> None:
         if not isinstance(self.owner, dict):
-            setattr(self.owner, self.name, value)
+            if value is ABSENT:
+                delattr(self.owner, self.name)
+            else:
+                setattr(self.owner, self.name, value)
         elif value is ABSENT:
             self.owner.pop(self.name, None)
         else:
@@ -136,7 +142,7 @@ def _optional_module(name: str) -> Any | None:
 
 
 _TABLES: dict[str, dict[Any, Any]] = {table.where: table.get()
-                                      for table in (LOOKASIDE_TABLE, METHOD_TABLE, GRAD_TABLE)}
+                                      for table in (LOOKASIDE_TABLE, METHOD_TABLE, PROPERTY_TABLE, GRAD_TABLE)}
 
 
 def guarded(original: Callable[..., Any], stand_in: Callable[..., Any]) -> Callable[..., Any]:
@@ -169,6 +175,8 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
                                           effect_cudagraph.transform_trace_post_optimization),
     LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, module_state.write_back_module_state),
+    "sorted": (sorted, dict_state.sorted_by_proxy_names),
+    NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
 }
 """Thunder function (by name) -> (the original, its stand-in). Each stand-in takes the original first, then the
 original's parameters; :func:`guarded` makes the replacement."""
@@ -199,10 +207,13 @@ def _build_patches() -> tuple[Patch, ...]:
         patch(cudagraph.CUDAGraphTransform, "transform_trace_post_optimization"),
         patch(ltorch, LTORCH_COPY.name),
         patch(jit_ext, "process_recorded_modifications"),
+        Patch(jit_ext, "sorted", ABSENT, replacements["sorted"]),  # shadows the builtin in that module only
+        patch(jit_ext, NAME_POSTFIX.name),
     ]
     lookaside_map = LOOKASIDE_TABLE.get()
     added = (opaque_torch.lookasides() | seeding.lookasides() | overloads.lookasides(lookaside_map)
-             | rebinding.lookasides(lookaside_map[object.__setattr__]) | batch_norm.lookasides())
+             | rebinding.lookasides(lookaside_map[object.__setattr__]) | batch_norm.lookasides()
+             | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map))
     # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
     # replacement
     table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside) for fn, lookaside in added.items()]
@@ -210,6 +221,8 @@ def _build_patches() -> tuple[Patch, ...]:
     table += [Patch(method_table, name, ABSENT, sym)
               for name, sym in (opaque_torch.methods() | rebinding.methods()).items()]
     table += [Patch(method_table, name, sym, checked) for name, (sym, checked) in overloads.methods().items()]
+    property_table = PROPERTY_TABLE.get()
+    table += [Patch(property_table, name, ABSENT, prop) for name, prop in optimizers.properties().items()]
     grad_map = GRAD_TABLE.get()
     table += [Patch(grad_map, sym_id, grad_map.get(sym_id, ABSENT), rule) for sym_id, rule in GRAD_FIXES.items()]
     nvfuser = _optional_module("thunder.executors.nvfuserex_impl")
@@ -236,6 +249,8 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "thunder_general_jit": ("fn", "args", "kwargs", "sharp_edges", "ad_hoc_executor"),
     "_copy_": ("a", "b"),
     "process_recorded_modifications": ("ctx", "epilogue_trace"),
+    "sorted": ("iterable", "key", "reverse"),
+    "_infer_name_postfix_from_provenance": ("pr",),
 }
 """Parameter names of every patched Thunder function (lightning-thunder 0.2.6), pinned by the tests: the
 replacements are called with the same arguments, and each stand-in takes ``original`` and then these."""
