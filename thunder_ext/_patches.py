@@ -39,9 +39,17 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   metadata methods (:mod:`thunder_ext.rebinding`),
                                                   ``BatchNorm(momentum=None)`` (:mod:`thunder_ext.batch_norm`),
                                                   profiler ``record_function`` and ``torch.ops.profiler``
-                                                  calls as no-ops (:mod:`thunder_ext.profiler`)
+                                                  calls as no-ops (:mod:`thunder_ext.profiler`),
+                                                  ``dict`` methods on dicts reachable from the arguments
+                                                  (:mod:`thunder_ext.dict_state`), ``optimizer._get_value``
+                                                  (:mod:`thunder_ext.optimizers`), ``*_like(memory_format=)``
 ``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them; Thunder's in-place
                                                   methods check the call binds first (:mod:`thunder_ext.overloads`)
+``langctx._property_name_to_fn_map[name]``        new entries: ``Tensor.is_sparse`` (:mod:`thunder_ext.optimizers`)
+``jit_ext.sorted`` (a new module attribute that   :func:`dict_state.sorted_by_proxy_names`: the prologue orders
+shadows the builtin there)                        paths through tensor keys by the keys' names
+``jit_ext._infer_name_postfix_from_provenance``   :func:`dict_state.name_postfix` (a tensor-keyed subscript
+                                                  spells its key's path: distinct names per parameter's state)
 ``transforms._grad_fn_map[sym_id]``               gradient rules Thunder gets wrong (:mod:`thunder_ext.grad_fixes`)
 ================================================  ===========================================================
 

@@ -143,8 +143,8 @@ def _guarded_dicts(ctx: Any) -> dict[int, Any]:
 def _getitem(d: WrappedValue, key: WrappedValue) -> Any:
     tensor = _tensor_key(key)
     if tensor is None:
-        if (isinstance(unwrap_value(d), dict) and not isinstance(unwrap_value(d), defaultdict)
-                and unwrap_value(key) not in unwrap_value(d)):
+        if (isinstance(_unwrap_value(d), dict) and not isinstance(_unwrap_value(d), defaultdict)
+                and _unwrap_value(key) not in _unwrap_value(d)):
             _guard(d)
         return default_lookaside(dict.__getitem__)(d, key)
     if tensor not in d.value and not isinstance(d.value, defaultdict):
@@ -161,7 +161,7 @@ def _getitem(d: WrappedValue, key: WrappedValue) -> Any:
     return d.item_wrappers[tensor]
 
 
-def unwrap_value(w: Any) -> Any:
+def _unwrap_value(w: Any) -> Any:
     return w.value if isinstance(w, WrappedValue) else w
 
 
@@ -176,7 +176,7 @@ def _contains(d: WrappedValue, key: WrappedValue) -> Any:
 
 def _get(d: WrappedValue, key: WrappedValue, default: Any = None) -> Any:
     tensor = _tensor_key(key)
-    present = (tensor if tensor is not None else unwrap_value(key)) in d.value
+    present = (tensor if tensor is not None else _unwrap_value(key)) in d.value
     if not present:
         _guard(d)
         return default if isinstance(default, WrappedValue) else wrap_const(None)

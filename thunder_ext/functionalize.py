@@ -682,16 +682,19 @@ def alias_groups_of(tensors: Mapping[str, torch.Tensor]) -> tuple[frozenset[str]
 
 
 def differentiated(computation: TraceCtx) -> bool:
-    """Whether the compilation in progress will differentiate ``computation`` (an argument requires grad). Thunder
-    0.2.6 splits forward and backward whenever an argument requires grad, under ``torch.no_grad()`` too (an
-    optimizer step: the parameters require grad), and the split keeps only what produces outputs — so such a
-    compilation is functionalized as well (its write-backs are plain data writes)."""
+    """Whether the compilation in progress will differentiate ``computation``: an argument requires grad and an
+    output can carry a gradient (:func:`constant_for_autograd`; such compilations have their arguments' grad
+    dropped by :func:`after_acquire`, so Thunder builds no backward). Thunder 0.2.6 splits forward and backward
+    whenever an argument requires grad, under ``torch.no_grad()`` too, and the split keeps in the forward only what
+    produces outputs."""
     from thunder.core.compile_data import get_compile_data
 
     cd = get_compile_data()
     if cd is None or cd.disable_torch_autograd_support:
         return False  # no backward will be built (autograd disabled)
-    return any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args)
+    if not any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args):
+        return False
+    return not constant_for_autograd(computation)
 
 
 def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -703,9 +706,9 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
 
     cd = get_compile_data()
     computation = results.computation_trace
-    if differentiated(computation) and _constant_for_autograd(computation):
-        _arguments_without_grad(computation)
     if not differentiated(computation):
+        if any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args):
+            _arguments_without_grad(computation)  # constant for autograd: no forward/backward split
         return results
     input_aliases = argument_alias_groups(results.prologue_trace, computation, args, kwargs)
     new, writebacks = functionalize_for_grad(computation, grad_enabled=bool(cd.is_grad_enabled),
@@ -718,7 +721,7 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
     return results
 
 
-def _constant_for_autograd(computation: TraceCtx) -> bool:
+def constant_for_autograd(computation: TraceCtx) -> bool:
     """Whether no output of ``computation`` can carry a gradient: every tensor it returns was computed with grad
     disabled (Thunder tags those ``DETACHED_AUTOGRAD_GRAPH``) or is an argument that does not require grad — an
     optimizer step (``torch.optim`` disables grad inside ``step``), inference under ``torch.no_grad()``. Thunder
