@@ -37,12 +37,23 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   seeding as an ordered RNG write (:mod:`thunder_ext.seeding`),
                                                   ``out=`` calls (:mod:`thunder_ext.overloads`), ``.data =`` and
                                                   metadata methods (:mod:`thunder_ext.rebinding`),
-                                                  ``BatchNorm(momentum=None)`` (:mod:`thunder_ext.batch_norm`)
+                                                  ``BatchNorm(momentum=None)`` (:mod:`thunder_ext.batch_norm`),
+                                                  profiler ``record_function`` and ``torch.ops.profiler``
+                                                  calls as no-ops (:mod:`thunder_ext.profiler`),
+                                                  ``dict`` methods on dicts reachable from the arguments
+                                                  (:mod:`thunder_ext.dict_state`), ``optimizer._get_value``
+                                                  (:mod:`thunder_ext.optimizers`), ``*_like(memory_format=)``
 ``distributed.utils.sort_waits``                 :func:`pipeline.sort_waits` (Thunder's wait schedule, kept
                                                   where the effect graph allows)
 ``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them; Thunder's in-place
                                                   methods check the call binds first (:mod:`thunder_ext.overloads`)
+``langctx._property_name_to_fn_map[name]``        new entries: ``Tensor.is_sparse`` (:mod:`thunder_ext.optimizers`)
+``jit_ext.sorted`` (a new module attribute that   :func:`dict_state.sorted_by_proxy_names`: the prologue orders
+shadows the builtin there)                        paths through tensor keys by the keys' names
+``jit_ext._infer_name_postfix_from_provenance``   :func:`dict_state.name_postfix` (a tensor-keyed subscript
+                                                  spells its key's path: distinct names per parameter's state)
 ``transforms._grad_fn_map[sym_id]``               gradient rules Thunder gets wrong (:mod:`thunder_ext.grad_fixes`)
+``transforms.put_grads``                          :func:`grad_fixes.put_grads` (a 0-dim operand's gradient summed)
 ================================================  ===========================================================
 
 :func:`apply` refuses to patch when a target is no longer the function this module expects (Thunder changed, or
@@ -88,8 +99,9 @@ import torch.distributed
 from thunder.core.compile_data import get_compile_data
 
 from . import (_thunder_fast, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize, module_state,
-               opaque_torch, overloads, pipeline, rebinding, seeding, state)
-from ._thunder import GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, UPDATE_FUSION_CALL_CTX
+               dict_state, opaque_torch, optimizers, overloads, pipeline, profiler, rebinding, seeding, state)
+from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
+                       UPDATE_FUSION_CALL_CTX)
 from .grad_fixes import GRAD_FIXES, put_grads
 
 __all__ = ["Patch", "PATCHES", "STAND_INS", "RUNNER_METHODS", "COMPILE_HOOK", "ADD_TRANSFORM_HOOK", "guarded", "apply",
@@ -123,11 +135,14 @@ class Patch:
     def current(self) -> Any:
         if isinstance(self.owner, dict):
             return self.owner.get(self.name, ABSENT)
-        return getattr(self.owner, self.name)
+        return getattr(self.owner, self.name, ABSENT)
 
     def put(self, value: Any) -> None:
         if not isinstance(self.owner, dict):
-            setattr(self.owner, self.name, value)
+            if value is ABSENT:
+                delattr(self.owner, self.name)
+            else:
+                setattr(self.owner, self.name, value)
         elif value is ABSENT:
             self.owner.pop(self.name, None)
         else:
@@ -152,7 +167,7 @@ def _distributed_utils() -> Any | None:
 dist_utils = _distributed_utils()
 
 _TABLES: dict[str, dict[Any, Any]] = {table.where: table.get()
-                                      for table in (LOOKASIDE_TABLE, METHOD_TABLE, GRAD_TABLE)}
+                                      for table in (LOOKASIDE_TABLE, METHOD_TABLE, PROPERTY_TABLE, GRAD_TABLE)}
 
 
 def guarded(original: Callable[..., Any], stand_in: Callable[..., Any]) -> Callable[..., Any]:
@@ -187,6 +202,8 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "put_grads": (thunder_transforms.put_grads, put_grads),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, module_state.write_back_module_state),
     **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),
+    "sorted": (sorted, dict_state.sorted_by_proxy_names),
+    NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
 }
 """Thunder function (by name) -> (the original, its stand-in). Each stand-in takes the original first, then the
 original's parameters; :func:`guarded` makes the replacement."""
@@ -218,10 +235,13 @@ def _build_patches() -> tuple[Patch, ...]:
         patch(ltorch, LTORCH_COPY.name),
         patch(thunder_transforms, "put_grads"),
         patch(jit_ext, "process_recorded_modifications"),
+        Patch(jit_ext, "sorted", ABSENT, replacements["sorted"]),  # shadows the builtin in that module only
+        patch(jit_ext, NAME_POSTFIX.name),
     ]
     lookaside_map = LOOKASIDE_TABLE.get()
     added = (opaque_torch.lookasides() | seeding.lookasides() | overloads.lookasides(lookaside_map)
-             | rebinding.lookasides(lookaside_map[object.__setattr__]) | batch_norm.lookasides())
+             | rebinding.lookasides(lookaside_map[object.__setattr__]) | batch_norm.lookasides()
+             | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map))
     # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
     # replacement
     table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside) for fn, lookaside in added.items()]
@@ -229,6 +249,8 @@ def _build_patches() -> tuple[Patch, ...]:
     table += [Patch(method_table, name, ABSENT, sym)
               for name, sym in (opaque_torch.methods() | rebinding.methods()).items()]
     table += [Patch(method_table, name, sym, checked) for name, (sym, checked) in overloads.methods().items()]
+    property_table = PROPERTY_TABLE.get()
+    table += [Patch(property_table, name, ABSENT, prop) for name, prop in optimizers.properties().items()]
     grad_map = GRAD_TABLE.get()
     table += [Patch(grad_map, sym_id, grad_map.get(sym_id, ABSENT), rule) for sym_id, rule in GRAD_FIXES.items()]
     if dist_utils is not None:
@@ -259,6 +281,8 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "process_recorded_modifications": ("ctx", "epilogue_trace"),
     "put_grads": ("a", "g"),
     "sort_waits": ("execution_trace",),
+    "sorted": ("iterable", "key", "reverse"),
+    "_infer_name_postfix_from_provenance": ("pr",),
     "add_transform": ("cfn", "transform", "disable_torch_autograd_support"),
 }
 """Parameter names of every patched Thunder function (lightning-thunder 0.2.6), pinned by the tests: the

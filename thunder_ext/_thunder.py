@@ -18,6 +18,8 @@ name                                                  used by          for
 ``_syms_that_may_return_views``
 ``thunder.torch.langctx._method_name_to_fn_map``      opaque_torch,    the ``Tensor`` methods Thunder knows
                                                       _patches         (new entries added by the patches)
+``thunder.torch.langctx._property_name_to_fn_map``    _patches         the ``Tensor`` properties Thunder knows
+                                                                       (new entries added by the patches)
 ``thunder.core.jit_ext._general_jit_lookaside_map``   _patches         interpreter lookasides (new entries)
 ``thunder.executors.passes._update_fusion_call_ctx``  _patches         patched (fusion call-context cache)
 ``thunder.core.transforms._grad_fn_map``              _patches         gradient rules (corrected entries,
@@ -25,6 +27,8 @@ name                                                  used by          for
 ``thunder.torch._copy_``                              opaque_torch,    ltorch's in-place write (``copy_`` with
                                                       _patches         Thunder's dtype conversion); patched
                                                                        (eager's result-type rule)
+``thunder.core.jit_ext._infer_name_postfix_from_pro…  _patches         patched: a tensor-keyed subscript spells
+                                                                       its key's path (dict_state)
 ``thunder.core.interpreter._interpret_call``          batch_norm       interprets a function from a lookaside
 ``JitCtx._additional_outputs``                        module_state     the interpreter's record of assignments
                                                                        to Python objects (module attributes)
@@ -60,6 +64,8 @@ attribute                                   on                   holds
 :data:`FUSED`                               ``BoundSymbol``      what a fusion was compiled from
 :data:`RUNNER`                              ``CUDAGraphRunner``  the effect-aware runner's options and write
                                                                  sets
+:data:`GUARDED_DICTS`, :data:`DICT_WRITES`  ``JitCtx``           dicts whose keys the prologue pins, writes
+                                                                 into reachable dicts (dict_state)
 :data:`RUNNER_CALL`, :data:`RUNNER_BUILD`   ``CUDAGraphRunner``  ``call_cuda_graph``/``build_cuda_graph``
                                                                  bound on that runner
 ==========================================  ===================  ==============================================
@@ -73,11 +79,11 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
-           "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS", "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "LOOKASIDE_TABLE", "GRAD_TABLE",
-           "LTORCH_COPY", "INTERPRET_CALL", "ADDITIONAL_OUTPUTS", "SIGINFO",
-           "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS", "FLAT_PROXY_ARGS",
-           "REGION_FIELDS", "INPUT_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT", "RESOLVED", "FUSED",
-           "RUNNER", "RUNNER_CALL", "RUNNER_BUILD"]
+           "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS", "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "PROPERTY_TABLE",
+           "LOOKASIDE_TABLE", "GRAD_TABLE", "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "ADDITIONAL_OUTPUTS",
+           "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
+           "FLAT_PROXY_ARGS", "REGION_FIELDS", "INPUT_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT",
+           "RESOLVED", "FUSED", "RUNNER", "GUARDED_DICTS", "DICT_WRITES", "RUNNER_CALL", "RUNNER_BUILD"]
 
 _MISSING: Any = object()
 
@@ -148,6 +154,8 @@ MAY_VIEW_SYMBOLS = Private("thunder.torch", "_syms_that_may_return_views", Kind.
 METHOD_TABLE = Private("thunder.torch.langctx", "_method_name_to_fn_map", Kind.MODULE,
                        ("declarations", "opaque_torch", "_patches"),
                        "the Tensor methods of the torch language context; new entries for missing methods")
+PROPERTY_TABLE = Private("thunder.torch.langctx", "_property_name_to_fn_map", Kind.MODULE, ("_patches",),
+                         "the Tensor properties of the torch language context; new entries for missing ones")
 LOOKASIDE_TABLE = Private("thunder.core.jit_ext", "_general_jit_lookaside_map", Kind.MODULE, ("_patches",),
                           "the interpreter's lookasides; new entries for torch functions without a symbol")
 GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE, ("_patches", "opaque_torch"),
@@ -155,6 +163,8 @@ GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE, ("_
 LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch", "_patches"),
                       "ltorch's in-place write: Thunder's own in-place ops are copy_(self, functional(self, ...)); "
                       "patched to check eager's result-type rule (eager_checks)")
+NAME_POSTFIX = Private("thunder.core.jit_ext", "_infer_name_postfix_from_provenance", Kind.MODULE, ("_patches",),
+                       "names proxied inputs after their access path; patched to spell tensor-keyed subscripts")
 INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE, ("batch_norm",),
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
 ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs", Kind.FIELD, ("module_state",),
@@ -180,8 +190,8 @@ REGION_FIELDS = tuple(
 )
 
 PRIVATE_NAMES: tuple[Private, ...] = (
-    TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, LOOKASIDE_TABLE, GRAD_TABLE, LTORCH_COPY,
-    INTERPRET_CALL, ADDITIONAL_OUTPUTS, SIGINFO, UPDATE_FUSION_CALL_CTX,
+    TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, PROPERTY_TABLE, LOOKASIDE_TABLE, GRAD_TABLE,
+    LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, ADDITIONAL_OUTPUTS, SIGINFO, UPDATE_FUSION_CALL_CTX,
     BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS, *REGION_FIELDS,
 )
 """Every private Thunder name thunder_ext reads or writes (see the module docstring)."""
@@ -202,11 +212,15 @@ FUSED = Stash("_thunder_effects_fused", "thunder.core.symbol.BoundSymbol",
 RUNNER = Stash("_thunder_effects_runner", "thunder.transforms.cudagraph.CUDAGraphRunner",
                "an effect-aware runner's output option, the inputs each graph writes, its plans (static bases per "
                "shared storage) and decisions (cudagraph)")
+GUARDED_DICTS = Stash("_thunder_effects_guarded_dicts", "thunder.core.jit_ext.JitCtx",
+                      "the dicts whose key set the tracing in progress pins in the prologue (dict_state)")
+DICT_WRITES = Stash("_thunder_effects_dict_writes", "thunder.core.jit_ext.JitCtx",
+                    "writes into dicts reachable from the arguments, for the epilogue (dict_state)")
 RUNNER_CALL = Stash("call_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                     "the runner's call, bound on that runner: copy-back of written arguments, fresh outputs")
 RUNNER_BUILD = Stash("build_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                      "the runner's graph build, bound on that runner: warm-up on clones of written inputs")
 
 STASHES: tuple[Stash, ...] = (INPUT_ALIASES, EPILOGUE_WRITES, REBOUND, DCE_FIXPOINT, RESOLVED, FUSED, RUNNER,
-                              RUNNER_CALL, RUNNER_BUILD)
+                              GUARDED_DICTS, DICT_WRITES, RUNNER_CALL, RUNNER_BUILD)
 """Every attribute thunder_ext attaches to Thunder objects (see the module docstring)."""

@@ -719,13 +719,19 @@ def alias_groups_of(tensors: Mapping[str, torch.Tensor]) -> tuple[frozenset[str]
 
 
 def differentiated(computation: TraceCtx) -> bool:
-    """Whether the compilation in progress will differentiate ``computation`` (an argument requires grad)."""
+    """Whether the compilation in progress will differentiate ``computation``: an argument requires grad and an
+    output can carry a gradient (:func:`constant_for_autograd`; such compilations have their arguments' grad
+    dropped by :func:`after_acquire`, so Thunder builds no backward). Thunder 0.2.6 splits forward and backward
+    whenever an argument requires grad, under ``torch.no_grad()`` too, and the split keeps in the forward only what
+    produces outputs."""
     from thunder.core.compile_data import get_compile_data
 
     cd = get_compile_data()
-    if cd is None or cd.disable_torch_autograd_support or not cd.is_grad_enabled:
-        return False  # no backward will be built (inference under torch.no_grad(), or autograd disabled)
-    return any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args)
+    if cd is None or cd.disable_torch_autograd_support:
+        return False  # no backward will be built (autograd disabled)
+    if not any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args):
+        return False
+    return not constant_for_autograd(computation)
 
 
 def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -738,6 +744,8 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
     cd = get_compile_data()
     computation = results.computation_trace
     if not differentiated(computation):
+        if any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args):
+            _arguments_without_grad(computation)  # constant for autograd: no forward/backward split
         return results
     input_aliases = argument_alias_groups(results.prologue_trace, computation, args, kwargs)
     new, writebacks = functionalize_for_grad(computation, grad_enabled=bool(cd.is_grad_enabled),
@@ -749,6 +757,36 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
         _thread_writebacks(results, autograd)
         record_epilogue_writes(frozenset(w.input.name for w in autograd))
     return results
+
+
+def constant_for_autograd(computation: TraceCtx) -> bool:
+    """Whether no output of ``computation`` can carry a gradient: every tensor it returns was computed with grad
+    disabled (Thunder tags those ``DETACHED_AUTOGRAD_GRAPH``) or is an argument that does not require grad — an
+    optimizer step (``torch.optim`` disables grad inside ``step``), inference under ``torch.no_grad()``. Thunder
+    would still split forward and backward (its split keeps in the forward only what produces outputs, so writes
+    without outputs, ``_foreach_add_(params, ...)``, would land in a backward that never runs)."""
+    arguments = {a.name: a for a in computation.args if isinstance(a, TensorProxy)}
+    returned = tree_flatten((computation.output, computation.bound_symbols[-1].args))[0]
+    for out in returned:
+        if not isinstance(out, TensorProxy):
+            continue
+        argument = arguments.get(out.name)
+        if argument is not None:
+            if argument.requires_grad:
+                return False
+        elif ProxyTag.DETACHED_AUTOGRAD_GRAPH not in out.tags:
+            return False
+    return True
+
+
+def _arguments_without_grad(computation: TraceCtx) -> None:
+    """The computation's tensor arguments, as Thunder's autograd decision sees them, require no grad: no
+    forward/backward split (the program runs as traced, in place, as eager runs it under ``no_grad``)."""
+    from thunder.core.trace import detached_trace
+
+    with detached_trace():  # the same names, in a scratch trace
+        computation.args = [a.replace(requires_grad=False) if isinstance(a, TensorProxy) and a.requires_grad else a
+                            for a in computation.args]
 
 
 def _dedupe_outputs(results: Any) -> None:

@@ -45,6 +45,7 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx
 
 from ._thunder import ADDITIONAL_OUTPUTS
+from . import dict_state
 from .opaque_torch import executor, grad_requiring
 
 __all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "write_back_module_state"]
@@ -171,3 +172,4 @@ def write_back_module_state(original: Callable[..., Any], ctx: Any, epilogue_tra
                 epilogue_trace.add_name(roots[owner].name)
         bsyms.append(SET_ATTRIBUTE.bind(roots[owner], name, value, without_grad(value), output=None))
     epilogue_trace.bound_symbols = bsyms
+    dict_state.write_back(ctx, epilogue_trace)

@@ -55,6 +55,7 @@ from thunder.core.proxies import NumberProxy, Proxy, ProxyTag, TensorProxy
 from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import interpreter_needs_wrap
 from thunder.core.jit_ext import ensure_recursive_proxies
+from thunder.core.prims import OpTags
 from thunder.core.symbol import Symbol
 
 from ._thunder import GRAD_TABLE, LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
@@ -137,9 +138,14 @@ def _meta(overload: Any, signature: inspect.Signature) -> Callable[..., Any]:
 _operators: dict[str, Symbol] = {}
 
 
-def operator_for(overload: Any) -> Symbol:
-    """The operator of one ATen overload (registered, with its schema effects, on first use)."""
-    name = f"aten_{overload.__name__.replace('.', '_')}"
+def operator_for(overload: Any, *, grad_enabled: bool = True) -> Symbol:
+    """The operator of one ATen overload (registered, with its schema effects, on first use). A call traced with
+    grad disabled gets the overload's *no-grad* operator (``aten_..._no_grad``): the same call, constant for
+    Thunder's autograd — ``torch.optim``'s ``_foreach_add_(params, ...)`` under ``no_grad`` has differentiable
+    arguments and no outputs to tag as detached, and Thunder splits forward and backward whenever an argument
+    requires grad. The no-grad operator carries Thunder's tag for ops autodiff treats as constants
+    (``TORCH_COMPILE_COMPLIANT_CUSTOM_OP``: Thunder's autograd reads it as "constant for VJP" and nothing else)."""
+    name = f"aten_{overload.__name__.replace('.', '_')}" + ("" if grad_enabled else "_no_grad")
     sym = _operators.get(name)
     if sym is None:
         found = derive(overload)
@@ -147,8 +153,9 @@ def operator_for(overload: Any) -> Symbol:
             raise InvalidDeclaration(f"{overload}: no schema to derive effects from; it cannot run as an opaque "
                                      "torch call (declare it with thunder_ext.register_operator instead)")
         signature = inspect.Signature([_parameter(a) for a in overload._schema.arguments])
+        tags = None if grad_enabled else [OpTags.TORCH_COMPILE_COMPLIANT_CUSTOM_OP]
         sym = executor.register_operator(name, meta=_meta(overload, signature), fn=overload,
-                                         effects=found[0])
+                                         effects=found[0], tags=tags)
         executor.register_implementation(sym, sym)
         _operators[name] = sym
     return sym
@@ -279,7 +286,7 @@ def _dispatcher(name: str, packet: Any) -> Callable[..., Any]:
             )
         overload = _overload(packet, args, kwargs)
         positional, keywords = _bind(overload, args, kwargs)
-        return operator_for(overload)(*positional, **keywords)
+        return operator_for(overload, grad_enabled=cd is None or bool(cd.is_grad_enabled))(*positional, **keywords)
 
     dispatch.__name__ = dispatch.__qualname__ = f"dispatch_{name}"
     return dispatch
@@ -290,6 +297,7 @@ def register_opaque(torch_fn: Callable[..., Any], packet: Any, *, method: str | 
     overload (registered now, with its schema effects) and a dispatcher that picks the overload per call."""
     for overload_name in packet.overloads():
         operator_for(getattr(packet, overload_name))
+        operator_for(getattr(packet, overload_name), grad_enabled=False)
     name = getattr(torch_fn, "__qualname__", None) or packet.__name__
     return OpaqueTorchOp(torch_fn, packet, _dispatcher(name, packet), method)
 

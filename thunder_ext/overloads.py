@@ -41,7 +41,8 @@ from ._thunder import LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
 from .keys import python_signature
 from .opaque_torch import OpaqueTorchOp, grad_requiring, inplace_name, native_lookaside, register_opaque
 
-__all__ = ["OutShapeError", "accepts", "write_out", "refuse_under_grad", "out_functions", "lookasides", "methods"]
+__all__ = ["OutShapeError", "accepts", "write_out", "refuse_under_grad", "out_functions", "memory_format_functions",
+           "lookasides", "methods"]
 
 
 class OutShapeError(NotImplementedError):
@@ -142,13 +143,45 @@ def out_functions() -> dict[Callable[..., Any], Callable[..., Any]]:
     return found
 
 
+_LAYOUT_FREE_FORMATS = (torch.preserve_format, torch.contiguous_format)
+
+
+def _memory_format_aware(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The lookaside of a ``*_like`` factory whose symbol has no ``memory_format``: ``preserve_format`` and
+    ``contiguous_format`` are dropped (a trace's tensors carry values, not strides: the result is the same tensor
+    up to its layout), any other format reaches Thunder's symbol, which refuses it."""
+    def lookaside(*args: Any, **kwargs: Any) -> Any:
+        if "memory_format" in kwargs and unwrap(kwargs["memory_format"]) in _LAYOUT_FREE_FORMATS:
+            kwargs = {k: v for k, v in kwargs.items() if k != "memory_format"}
+        return original(*args, **kwargs)
+
+    return lookaside
+
+
+def memory_format_functions() -> dict[Callable[..., Any], Symbol]:
+    """The ``*_like`` torch functions Thunder maps to a symbol without a ``memory_format`` parameter."""
+    found: dict[Callable[..., Any], Symbol] = {}
+    for fn, sym in TORCH_FUNCTION_MAP.get().items():
+        name = getattr(fn, "__name__", None)
+        if not isinstance(name, str) or not name.endswith("_like") or getattr(torch, name, None) is not fn:
+            continue
+        signature = python_signature(sym) if isinstance(sym, Symbol) else None
+        if signature is not None and "memory_format" not in signature.parameters:
+            found[fn] = sym  # type: ignore[index]  # fn is a torch function here (getattr(torch, name) is fn)
+    return found
+
+
 def lookasides(current: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
     """Interpreter lookasides (:mod:`thunder_ext._patches`): each torch function of :func:`out_functions`, with
-    Thunder's entry (from ``current``, the lookaside table) behind it; and each in-place method's binding check."""
+    Thunder's entry (from ``current``, the lookaside table) behind it; the ``*_like`` factories of
+    :func:`memory_format_functions`; and each in-place method's binding check."""
     table: dict[Any, Callable[..., Any]] = {}
     for fn, sym in out_functions().items():
         if fn in current:
             table[fn] = _out_aware(current[fn], f"torch.{fn.__name__}", sym)
+    for fn in memory_format_functions():
+        if fn in current:
+            table[fn] = _memory_format_aware(table.get(fn, current[fn]))
     for method in _METHODS.values():
         table[method] = native_lookaside(record_source_loc_in_symbol_header(method))
     return table

@@ -1,7 +1,10 @@
-"""litgpt (Lightning's model zoo) through thunder_ext.jit: a tiny random-initialised ``GPT`` trained for two steps
-with the default executors matches eager (losses and parameters). Skipped when litgpt is not installed; nothing is
-downloaded. Issue 16: this crashed in :mod:`thunder_ext.inductor_guard` (the reduced pattern is
-``test_inductor_guard.test_effects_on_an_operand_the_call_leaves_out``)."""
+"""litgpt (Lightning's model zoo) through thunder_ext.jit (issue 16): a tiny random-initialised ``GPT`` — forward,
+KV-cache greedy decoding (``set_kv_cache``: the cache buffers are written in place every step) and training steps —
+matches eager, with the default executors, ``["torch"]`` and ``["torchcompile"]``. Skipped when litgpt is not
+installed; nothing is downloaded. The default-executor training crash this issue reported was in
+:mod:`thunder_ext.inductor_guard` (reduced: ``test_inductor_guard.test_effects_on_an_operand_the_call_leaves_out``).
+
+Compile counts: decoding compiles twice (the prompt, then every one-token step: the position is a tensor input)."""
 
 from __future__ import annotations
 
@@ -12,19 +15,29 @@ litgpt = pytest.importorskip("litgpt")
 
 import torch  # noqa: E402
 
+import thunder  # noqa: E402
 import thunder_ext  # noqa: E402
 
 VOCAB = 64
+PROMPT = 5
+NEW_TOKENS = 8
+
+EXECUTORS = {"default": None, "torch": ["torch"], "torchcompile": ["torchcompile"]}
 
 
 def tiny_gpt() -> torch.nn.Module:
     torch.manual_seed(0)
-    config = litgpt.Config.from_name("pythia-14m", n_layer=2, n_embd=32, n_head=4, block_size=16,
+    config = litgpt.Config.from_name("pythia-14m", n_layer=2, n_embd=32, n_head=4, block_size=32,
                                      vocab_size=VOCAB, padded_vocab_size=VOCAB)
     return litgpt.GPT(config)
 
 
-def train(model: torch.nn.Module, forward, steps: int = 2) -> list[torch.Tensor]:
+def _jit(model: torch.nn.Module, executors: str) -> torch.nn.Module:
+    chosen = EXECUTORS[executors]
+    return thunder_ext.jit(model) if chosen is None else thunder_ext.jit(model, executors=chosen)
+
+
+def train(model: torch.nn.Module, forward, steps: int = 3) -> list[torch.Tensor]:
     tokens = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(1))
     targets = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -38,10 +51,51 @@ def train(model: torch.nn.Module, forward, steps: int = 2) -> list[torch.Tensor]
     return losses
 
 
-def test_training_steps_with_default_executors_match_eager():
+def decode(model: torch.nn.Module, forward) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Greedy decoding with litgpt's KV cache: the prompt, then one token per call at its position."""
+    prompt = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(3))
+    model.set_kv_cache(batch_size=1, max_seq_length=32)
+    with torch.no_grad():
+        logits = forward(prompt, torch.arange(PROMPT))
+        token = logits[:, -1].argmax(-1, keepdim=True)
+        tokens = [token]
+        for i in range(NEW_TOKENS - 1):
+            logits = forward(token, torch.tensor([PROMPT + i]))
+            token = logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(token)
+    caches = [t.clone() for block in model.transformer.h for t in (block.attn.kv_cache.k, block.attn.kv_cache.v)]
+    return torch.cat(tokens, 1), caches
+
+
+def _slow_unless(default: str | None):
+    return [pytest.param(name, marks=() if name == default else pytest.mark.slow) for name in EXECUTORS]
+
+
+@pytest.mark.parametrize("executors", _slow_unless(None))  # decoding's prompt step covers a forward by default
+def test_forward_matches_eager(executors):
+    eager = tiny_gpt()
+    model = tiny_gpt()
+    tokens = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(_jit(model, executors)(tokens), eager(tokens))
+
+
+@pytest.mark.parametrize("executors", _slow_unless("torch"))
+def test_kv_cache_greedy_decoding_matches_eager(executors):
+    eager = tiny_gpt().eval()
+    expected_tokens, expected_caches = decode(eager, eager)
+    model = tiny_gpt().eval()
+    jitted = _jit(model, executors)
+    tokens, caches = decode(model, jitted)
+    assert torch.equal(tokens, expected_tokens)
+    torch.testing.assert_close(caches, expected_caches)
+    assert thunder.cache_misses(jitted) == 2  # the prompt; every one-token step after it
+
+
+@pytest.mark.parametrize("executors", _slow_unless("default"))
+def test_training_steps_match_eager(executors):
     eager = tiny_gpt()
     expected = train(eager, eager)
     model = tiny_gpt()
-    got = train(model, thunder_ext.jit(model))
+    got = train(model, _jit(model, executors))
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(dict(model.named_parameters()), dict(eager.named_parameters()))

@@ -1,0 +1,220 @@
+"""Real workloads (issue 16): per-step time, peak memory and compile counts of torch.optim steps and package models.
+
+    python benchmarks/workloads.py [--runs 10] [--only sgd adam ...] [--no-torch-compile]
+
+Workloads (CPU, small sizes; the ``models`` extra provides litgpt and transformers, a missing package skips its
+rows):
+
+* ``torch.optim`` steps on the parameters of a 2-layer MLP (256 -> 512 -> 256, gradients preset): SGD (momentum,
+  nesterov, weight decay), Adam and AdamW, ``foreach=False``/``True``; the step called is ``optimizer.step``
+  itself (eager), ``torch.compile(optimizer.step)``, ``thunder.jit(optimizer.step)`` (stock: fails at the
+  profiler's record-function call, reported), ``thunder_ext.jit(optimizer.step)`` (default executors);
+* litgpt ``GPT`` (pythia-14m layout, 2 layers, n_embd 64): one training step (forward, loss, backward, SGD step;
+  the model is compiled, the optimizer eager) and one KV-cache decoding step (one token, ``torch.no_grad``);
+* transformers ``ResNetForImageClassification`` (tiny, BatchNorm in training, 2 images 32x32): one training step.
+
+Per step: the median of ``--runs`` timed calls after 2 warm-up calls (``benchmarks/common.py``: ``median_time``);
+peak memory: the bytes live above the pre-call baseline during one more call, from the allocator events of
+``torch.profiler`` (``measure_memory``; CPU has no allocator statistics and ``tracemalloc`` does not see torch's
+allocations). Compiles: Thunder's ``cache_misses`` over every call made (warm-up, timed, memory); for torch.compile
+the number of frames dynamo compiled (``torch._dynamo.utils.counters["frames"]["ok"]``, reset per row).
+
+Writes ``benchmarks/results/workloads.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import thunder_ext  # noqa: E402  (before thunder: the import shim)
+import thunder  # noqa: E402
+
+from benchmarks.common import (environment, fmt_bytes, fmt_seconds, markdown_table, measure_memory,  # noqa: E402
+                               median_time, write_results)
+
+warnings.filterwarnings("ignore")
+DEVICE = "cpu"
+
+
+@dataclass
+class Workload:
+    name: str
+    make: Callable[[], tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]]
+    """Returns (the step to compile, how to call a compiled step, the arguments): ``run(compiled, *args)``."""
+
+
+# --- optimizers ---------------------------------------------------------------------------------------------------
+def _optimizer(kind: str, foreach: bool) -> Callable[[], Any]:
+    def make() -> Any:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
+        for p in model.parameters():
+            p.grad = torch.randn_like(p) * 1e-3
+        params = model.parameters()
+        optimizer = {
+            "sgd": lambda: torch.optim.SGD(params, lr=1e-3, momentum=0.9, nesterov=True, weight_decay=1e-4,
+                                           foreach=foreach),
+            "adam": lambda: torch.optim.Adam(params, lr=1e-3, foreach=foreach),
+            "adamw": lambda: torch.optim.AdamW(params, lr=1e-3, foreach=foreach),
+        }[kind]()
+        return optimizer.step, (lambda step: step()), ()
+
+    return make
+
+
+# --- litgpt --------------------------------------------------------------------------------------------------------
+def _tiny_gpt() -> Any:
+    import litgpt
+
+    torch.manual_seed(0)
+    config = litgpt.Config.from_name("pythia-14m", n_layer=2, n_embd=64, n_head=4, block_size=64, vocab_size=256,
+                                     padded_vocab_size=256)
+    return litgpt.GPT(config)
+
+
+def _litgpt_train() -> Any:
+    model = _tiny_gpt()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    tokens = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(1))
+    targets = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(2))
+
+    def run(forward: Callable[..., Any]) -> Any:
+        loss = torch.nn.functional.cross_entropy(forward(tokens).reshape(-1, 256), targets.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
+    return model, run, ()
+
+
+def _litgpt_decode() -> Any:
+    model = _tiny_gpt().eval()
+    model.set_kv_cache(batch_size=1, max_seq_length=64)
+    token = torch.tensor([[7]])
+    position = torch.tensor([10])
+
+    def run(forward: Callable[..., Any]) -> Any:
+        with torch.no_grad():
+            return forward(token, position)
+
+    return model, run, ()
+
+
+# --- transformers ResNet -------------------------------------------------------------------------------------------
+def _resnet_train() -> Any:
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.ResNetConfig(num_channels=3, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+                                       layer_type="basic", num_labels=10)
+    model = transformers.ResNetForImageClassification(config).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    images, labels = torch.randn(2, 3, 32, 32), torch.tensor([1, 2])
+
+    def run(forward: Callable[..., Any]) -> Any:
+        loss = torch.nn.functional.cross_entropy(forward(images).logits, labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
+    return model, run, ()
+
+
+WORKLOADS = [Workload(f"{k} foreach={f}", _optimizer(k, f)) for k in ("sgd", "adam", "adamw") for f in (False, True)]
+WORKLOADS += [Workload("litgpt train step", _litgpt_train), Workload("litgpt KV-cache decode step", _litgpt_decode),
+              Workload("transformers ResNet train step", _resnet_train)]
+
+COMPILERS: dict[str, Callable[[Any], Any]] = {
+    "eager": lambda fn: fn,
+    "torch.compile": torch.compile,
+    "thunder.jit (stock)": thunder.jit,
+    "thunder_ext.jit": thunder_ext.jit,
+}
+
+
+def _compiles(compiler: str, compiled: Any) -> Any:
+    if compiler == "torch.compile":
+        from torch._dynamo.utils import counters
+
+        return counters["frames"]["ok"]
+    if compiler.startswith("thunder"):
+        target = getattr(compiled, "__wrapped__", compiled)
+        return thunder.cache_misses(target)
+    return "—"
+
+
+def measure(workload: Workload, compiler: str, runs: int) -> dict[str, Any]:
+    step, run, args = workload.make()
+    if compiler == "torch.compile":
+        torch._dynamo.reset()
+        from torch._dynamo.utils import counters
+
+        counters.clear()
+    try:
+        compiled = COMPILERS[compiler](step)
+        timing = median_time(lambda: run(compiled), args, DEVICE, runs=runs, warmup=2)
+        memory = measure_memory(lambda: run(compiled), args, DEVICE)
+        return {"time": timing.median_s, "peak": memory.peak, "compiles": _compiles(compiler, compiled)}
+    except Exception as e:  # a compiler that cannot run the workload: reported, not fatal
+        message = f"{type(e).__name__}: {str(e).splitlines()[0][:90] if str(e) else ''}"
+        if "--verbose" in sys.argv:
+            traceback.print_exc()
+        return {"error": message}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--only", nargs="*", default=None, help="workload name prefixes")
+    parser.add_argument("--no-torch-compile", action="store_true")
+    parser.add_argument("--verbose", action="store_true")
+    options = parser.parse_args()
+    compilers = [c for c in COMPILERS if not (options.no_torch_compile and c == "torch.compile")]
+    rows, record = [], {"environment": environment(DEVICE), "runs": options.runs, "results": {}}
+    for workload in WORKLOADS:
+        if options.only and not any(workload.name.startswith(p) for p in options.only):
+            continue
+        results = {}
+        for compiler in compilers:
+            print(f"{workload.name} / {compiler} ...", flush=True)
+            try:
+                results[compiler] = measure(workload, compiler, options.runs)
+            except ImportError as e:  # the models extra is not installed
+                results[compiler] = {"error": f"skipped: {e}"}
+        record["results"][workload.name] = results
+        eager = results.get("eager", {}).get("time")
+        for compiler, r in results.items():
+            if "error" in r:
+                rows.append([workload.name, compiler, "fails", "", "", r["error"]])
+                continue
+            ratio = f"{r['time'] / eager:.2f}x" if eager else ""
+            rows.append([workload.name, compiler, fmt_seconds(r["time"]), ratio, fmt_bytes(r["peak"]),
+                         r["compiles"]])
+    markdown = "\n\n".join([
+        "# Real workloads: torch.optim steps and package models (CPU)",
+        "Produced by `python benchmarks/workloads.py` (see its docstring for the workloads and the method). Time: "
+        f"median of {options.runs} calls after 2 warm-up calls; ratio to eager, same run. Peak: bytes live above "
+        "the pre-call baseline during one call, from `torch.profiler`'s allocator events (CPU). Compiles: Thunder's "
+        "`cache_misses` over all calls of the row; torch.compile: frames dynamo compiled.",
+        markdown_table(["workload", "compiler", "per step", "vs eager", "peak memory", "compiles / error"], rows),
+        f"Environment: `{record['environment']}`",
+    ])
+    write_results("workloads", record, markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()

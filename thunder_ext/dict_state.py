@@ -1,0 +1,293 @@
+"""Dicts reachable from the arguments — optimizer state — traced as state: tensor keys, writes, guarded key sets.
+
+``torch.optim`` keeps its state in ``optimizer.state``, a ``defaultdict`` keyed by the parameter tensors, whose
+values are dicts (``{"step": ..., "exp_avg": ...}``) that the first ``step`` creates. Thunder 0.2.6 cannot trace
+that: a parameter reaches the interpreter as a ``TensorProxy`` (unhashable: ``state[p]`` raises), a write into an
+argument's dict puts the *proxy* into the user's real dict (``state["step"]`` is a ``TensorProxy`` after the call,
+silently), and nothing in the prologue checks which keys a dict had when it was traced, so the compilation of the
+first step (no state yet: create it) would be reused for every later step. This module fixes the three, with the
+interpreter's own extension points (lookasides, prologue constraints, recorded modifications):
+
+* **tensor keys**: ``d[p]``, ``p in d`` and ``d.get(p)`` with a traced tensor ``p`` look up the tensor the call
+  was given (tensors hash by identity, as in eager); the item's provenance is ``d[p]`` with ``p``'s own
+  provenance, so the prologue fetches it at run time with the run's tensor;
+* **writes** ``d[k] = v`` into a dict reachable from the arguments (its provenance is a chain of attribute reads
+  and subscripts of an input) go to the interpreter's copy of the dict (the real dict is untouched while tracing)
+  and are recorded; :func:`write_back` (called by the ``process_recorded_modifications`` stand-in of
+  :mod:`thunder_ext.module_state`) turns each last write into :data:`SET_ITEM`, an epilogue operator ordered on
+  the ``global`` resource that stores the run's value into the run's dict;
+* **guards**: when the program asks what keys such a dict has (``len``, ``in``, ``get`` of a missing key, a
+  missing ``d[k]``, ``keys``/iteration), a prologue constraint :data:`CHECK_KEYS` pins the dict's key set as it
+  was at trace time (string and integer keys; tensor-keyed dicts pin their length). A later call whose dict has
+  other keys misses the cache and compiles anew — the first optimizer step and the steps after it are two
+  compilations, then every step hits.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from effects import GLOBAL, make_effects
+
+from thunder.core.interpreter import (PseudoInst, ProvenanceRecord, WrappedValue, default_lookaside, do_raise, wrap,
+                                      wrap_binary_subscr, wrap_const)
+from thunder.core.jit_ext import EXT_FLAG_IS_MODULE, EXT_FLAG_IS_MODULE_MEMBER_DICT, get_jit_ctx
+from thunder.core.proxies import Proxy, TensorProxy
+from thunder.core.trace import TraceCtx, tracectx
+from thunder.executors.pythonex import ex as pythonex
+
+from ._thunder import DICT_WRITES, GUARDED_DICTS
+from .opaque_torch import executor
+
+__all__ = ["SET_ITEM", "CHECK_KEYS", "DictKeysChanged", "lookasides", "write_back", "reachable",
+           "sorted_by_proxy_names", "name_postfix"]
+
+_UNPACKABLE = frozenset({PseudoInst.LOAD_ATTR, PseudoInst.BINARY_SUBSCR})
+_INPUTS = frozenset({PseudoInst.INPUT_ARGS, PseudoInst.INPUT_KWARGS, PseudoInst.INPUT_FN})
+
+
+def reachable(record: ProvenanceRecord) -> bool:
+    """Whether the prologue can fetch the object again at run time: a chain of attribute reads and subscripts (by
+    constants or fetchable values) of the function's inputs."""
+    inst = record.inst
+    if inst in _INPUTS:
+        return True
+    if inst is PseudoInst.CONSTANT:
+        return False
+    if inst in _UNPACKABLE:
+        base, key = record.inputs
+        return reachable(base) and (key.inst is PseudoInst.CONSTANT or reachable(key))
+    return False
+
+
+# --- run-time operators -------------------------------------------------------------------------------------
+def _set_item(d: dict, key: Any, value: Any) -> None:
+    d[key] = value
+
+
+def _none_meta(*args: Any) -> None:
+    return None
+
+
+SET_ITEM = executor.register_operator("thunder_effects_set_item", meta=_none_meta, fn=_set_item,
+                                      effects=make_effects(resources=[GLOBAL]))
+"""``d[key] = value`` in the epilogue: a write the traced program made into a dict reachable from its arguments."""
+
+
+class DictKeysChanged(RuntimeError):
+    """A prologue check: the dict's keys differ from those the compilation was traced with."""
+
+
+def _check_keys(d: Any, keys: tuple[Any, ...] | int) -> None:
+    if isinstance(keys, int):
+        ok = isinstance(d, dict) and len(d) == keys
+    else:
+        ok = isinstance(d, dict) and len(d) == len(keys) and all(k in d for k in keys)
+    if not ok:
+        raise DictKeysChanged(f"expected a dict with keys {keys}, got {type(d).__name__} "
+                              f"{list(d) if isinstance(d, dict) else ''}")
+
+
+CHECK_KEYS = pythonex.register_operator("thunder_effects_check_dict_keys", meta=_none_meta, fn=_check_keys)
+"""Prologue check: the dict has exactly these keys (or, for a tensor-keyed dict, this many)."""
+
+
+# --- trace time ---------------------------------------------------------------------------------------------
+def _tensor_key(key: WrappedValue) -> Any | None:
+    """The tensor a traced tensor key stands for, or ``None`` when the key is not one."""
+    if isinstance(key.value, TensorProxy) and isinstance(key.original_value, torch.Tensor):
+        return key.original_value
+    return None
+
+
+def _original(d: WrappedValue) -> Any:
+    return d.original_value if d.original_value is not d.nothing else d.value
+
+
+def _through_module(record: ProvenanceRecord) -> bool:
+    """Whether the path goes through an ``nn.Module`` (Thunder unpacks those its own way, through the
+    ``ThunderModule``; module structure is not what this module guards)."""
+    if record.ext_flag & (EXT_FLAG_IS_MODULE | EXT_FLAG_IS_MODULE_MEMBER_DICT):
+        return True
+    return any(_through_module(i) for i in record.inputs)
+
+
+def _guard(d: WrappedValue) -> None:
+    """Pin the key set of ``d`` (as the arguments gave it) in the prologue, once per dict."""
+    if not isinstance(d, WrappedValue) or not reachable(d.provenance) or _through_module(d.provenance):
+        return
+    ctx = get_jit_ctx()
+    guarded = _guarded_dicts(ctx)
+    if id(d) in guarded:
+        return
+    guarded[id(d)] = d  # keep it alive: ids are the key
+    original = _original(d)
+    keys = tuple(original)
+    pinned: tuple[Any, ...] | int = (keys if all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in keys)
+                                     else len(keys))
+    ctx.add_constraint((CHECK_KEYS, Proxy(history=d.provenance), pinned))
+
+
+def _guarded_dicts(ctx: Any) -> dict[int, Any]:
+    found = GUARDED_DICTS.get(ctx)
+    if found is None:
+        found = {}
+        GUARDED_DICTS.put(ctx, found)
+    return found
+
+
+def _getitem(d: WrappedValue, key: WrappedValue) -> Any:
+    tensor = _tensor_key(key)
+    if tensor is None:
+        if (isinstance(_unwrap_value(d), dict) and not isinstance(_unwrap_value(d), defaultdict)
+                and _unwrap_value(key) not in _unwrap_value(d)):
+            _guard(d)
+        return default_lookaside(dict.__getitem__)(d, key)
+    if tensor not in d.value and not isinstance(d.value, defaultdict):
+        _guard(d)  # a defaultdict creates the entry, with or without a compilation: nothing to pin
+    try:
+        value = d.value[tensor]  # a defaultdict creates the missing entry, as in eager
+    except Exception as e:
+        return do_raise(e)
+    if d.item_wrappers is None:
+        d.track_items()
+    if tensor not in d.item_wrappers:
+        d.item_wrappers[tensor] = wrap_binary_subscr(value, d, key)
+    d.key_wrappers.setdefault(tensor, key)
+    return d.item_wrappers[tensor]
+
+
+def _unwrap_value(w: Any) -> Any:
+    return w.value if isinstance(w, WrappedValue) else w
+
+
+def _contains(d: WrappedValue, key: WrappedValue) -> Any:
+    _guard(d)
+    tensor = _tensor_key(key)
+    if tensor is None:
+        return default_lookaside(dict.__contains__)(d, key)
+    return wrap(tensor in d.value, provenance=ProvenanceRecord(PseudoInst.CONTAINS_OP,
+                                                               inputs=[d.provenance, key.provenance]))
+
+
+def _get(d: WrappedValue, key: WrappedValue, default: Any = None) -> Any:
+    tensor = _tensor_key(key)
+    present = (tensor if tensor is not None else _unwrap_value(key)) in d.value
+    if not present:
+        _guard(d)
+        return default if isinstance(default, WrappedValue) else wrap_const(None)
+    return _getitem(d, key)
+
+
+def _len(d: WrappedValue) -> Any:
+    _guard(d)
+    return default_lookaside(dict.__len__)(d)
+
+
+def _keys(d: WrappedValue) -> Any:
+    _guard(d)
+    return default_lookaside(dict.keys)(d)
+
+
+def _setitem(original: Callable[..., Any]) -> Callable[..., Any]:
+    def setitem(d: WrappedValue, key: WrappedValue, value: WrappedValue) -> Any:
+        if (isinstance(d, WrappedValue) and reachable(d.provenance) and _tensor_key(key) is None
+                and not _through_module(d.provenance)):  # module state is Thunder's and module_state's
+            ctx = get_jit_ctx()
+            if d.original_value is d.nothing:
+                ctx.proxify(d)  # the interpreter's copy takes the write; the real dict is written by the epilogue
+            _recorded(ctx).append((d, key, value))
+        return original(d, key, value)
+
+    return setitem
+
+
+def _recorded(ctx: Any) -> list[tuple[Any, Any, Any]]:
+    found = DICT_WRITES.get(ctx)
+    if found is None:
+        found = []
+        DICT_WRITES.put(ctx, found)
+    return found
+
+
+def write_back(ctx: Any, epilogue_trace: TraceCtx) -> None:
+    """Each last write into a reachable dict (not a module's own dicts, which Thunder writes back itself) becomes
+    :data:`SET_ITEM` in the epilogue."""
+    writes = _recorded(ctx)
+    if not writes:
+        return
+    last: dict[tuple[int, Any], tuple[Any, Any, Any]] = {}
+    for d, key, value in writes:
+        last[(id(d), key.value)] = (d, key, value)
+    dict_proxies: dict[int, Proxy] = {}
+    for d, key, value in last.values():
+        proxy = dict_proxies.get(id(d))
+        if proxy is None:
+            proxy = Proxy(history=d.provenance)
+            epilogue_trace.add_name(proxy.name)
+            dict_proxies[id(d)] = proxy
+        with tracectx(epilogue_trace):
+            SET_ITEM(proxy, key.value, value.value)
+    writes.clear()
+
+
+def lookasides(current: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """Interpreter lookasides (:mod:`thunder_ext._patches`); ``current`` is the lookaside table (Thunder's
+    ``dict.__setitem__`` entry stays behind the replacement)."""
+    return {
+        dict.__getitem__: _getitem,
+        dict.__contains__: _contains,
+        dict.get: _get,
+        dict.__len__: _len,
+        dict.keys: _keys,
+        dict.__setitem__: _setitem(current[dict.__setitem__]),
+    }
+
+
+def _sortable(order: Any) -> Any:
+    if isinstance(order, list):
+        return [item.name if isinstance(item, Proxy) else item for item in order]
+    return order
+
+
+def sorted_by_proxy_names(original: Callable[..., Any], iterable: Any, /, *, key: Callable[..., Any] | None = None,
+                          reverse: bool = False) -> list[Any]:
+    """``sorted`` as ``jit_ext`` sees it (the prologue orders its unpacked inputs by their access paths): a path
+    through a tensor key (``state[p]["exp_avg"]``) holds the key's proxy, which refuses comparison; paths compare with
+    each proxy replaced by its name (the prologue's variable for that tensor), otherwise as before."""
+    if key is None:
+        return original(iterable, reverse=reverse)
+    return original(iterable, key=lambda item: _sortable(key(item)), reverse=reverse)
+
+
+def name_postfix(original: Callable[[ProvenanceRecord], str], pr: ProvenanceRecord) -> str:
+    """Stand-in for ``jit_ext._infer_name_postfix_from_provenance`` (the name a proxied input gets from its access
+    path, e.g. ``t___self___param_groups_0_params_1_grad``): a subscript by a non-constant key contributes nothing in
+    Thunder, so ``state[p0]["exp_avg"]`` and ``state[p1]["exp_avg"]`` got the same name and the trace one proxy for
+    two tensors. Here such a key contributes its own path (``state__param_groups_0_params_1_exp_avg``)."""
+    if not _has_computed_key(pr):
+        return original(pr)
+    return "_".join(_postfix(original, pr))
+
+
+def _has_computed_key(record: ProvenanceRecord) -> bool:
+    if record.inst in _UNPACKABLE and len(record.inputs) == 2:
+        base, key = record.inputs
+        return (record.inst is PseudoInst.BINARY_SUBSCR and key.inst is not PseudoInst.CONSTANT) or \
+            _has_computed_key(base)
+    return False
+
+
+def _postfix(original: Callable[[ProvenanceRecord], str], record: ProvenanceRecord) -> list[str]:
+    if record.inst in _UNPACKABLE and len(record.inputs) == 2:
+        base, key = record.inputs
+        if key.inst is not PseudoInst.CONSTANT and record.inst is PseudoInst.BINARY_SUBSCR:
+            return [*_postfix(original, base), "", *_postfix(original, key)]
+        if _has_computed_key(base):
+            return [*_postfix(original, base), *original(ProvenanceRecord(record.inst, [ProvenanceRecord(
+                PseudoInst.INPUT_ARGS, []), key])).split("_")[1:]]
+    return original(record).split("_")
