@@ -760,11 +760,14 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
 
 
 def constant_for_autograd(computation: TraceCtx) -> bool:
-    """Whether no output of ``computation`` can carry a gradient: every tensor it returns was computed with grad
-    disabled (Thunder tags those ``DETACHED_AUTOGRAD_GRAPH``) or is an argument that does not require grad — an
+    """Whether no output of ``computation`` can carry a gradient: it writes nothing with grad enabled, and every
+    tensor it returns was computed with grad disabled (Thunder tags those ``DETACHED_AUTOGRAD_GRAPH``) or is an
+    argument that does not require grad — an
     optimizer step (``torch.optim`` disables grad inside ``step``), inference under ``torch.no_grad()``. Thunder
     would still split forward and backward (its split keeps in the forward only what produces outputs, so writes
     without outputs, ``_foreach_add_(params, ...)``, would land in a backward that never runs)."""
+    if _records_a_write(computation.bound_symbols):
+        return False  # a write under grad mode may give its destination (an argument, too) a history
     arguments = {a.name: a for a in computation.args if isinstance(a, TensorProxy)}
     returned = tree_flatten((computation.output, computation.bound_symbols[-1].args))[0]
     for out in returned:
@@ -777,6 +780,13 @@ def constant_for_autograd(computation: TraceCtx) -> bool:
         elif ProxyTag.DETACHED_AUTOGRAD_GRAPH not in out.tags:
             return False
     return True
+
+
+def _records_a_write(bsyms: Sequence[BoundSymbol]) -> bool:
+    """Whether a ``prims.copy_`` among ``bsyms`` (and their subsymbols) runs with grad enabled (Thunder records the
+    grad mode of each copy; ``plain.mul_(w)`` with ``w`` requiring grad gives ``plain`` a history in eager)."""
+    return any((b.sym.id is PrimIDs.COPY_ and b.kwargs.get("grad_enabled", True)) or _records_a_write(b.subsymbols)
+               for b in bsyms)
 
 
 def _arguments_without_grad(computation: TraceCtx) -> None:
