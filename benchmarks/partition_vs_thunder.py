@@ -19,7 +19,8 @@ Partitioner alone: Thunder's ``fuse_bound_symbols`` vs :func:`thunder_ext.pipeli
 ``fuse_bound_symbols`` runs under :func:`thunder_ext.install`) on the operator-transformed trace (without
 ``update_aliases``), consecutive and dataflow.
 
-Stock measurements run in a forked child process killed after ``--cap`` seconds per size (``--cap-at`` gives one
+Stock measurements run in a forked child process killed after ``--cap`` seconds per size, on the benchmark's clock
+(the child's CPU seconds with ``--clock cpu``; ``--cap-at`` gives one
 size its own cap; by default the 4,800-symbol row runs to the end, so its speedup is a number); a killed stage is
 reported as ``> cap`` (a measured lower bound) and larger sizes are not attempted for it. Nothing is
 extrapolated. Each timing is the median of ``--repeats`` runs (stock stages that take over 5 s run once).
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -166,8 +168,18 @@ class StockResult:
     killed_after_s: float | None = None  # set when the cap killed the child
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc``; wall time where that is unavailable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def run_stock(trace: Any, repeats: int, cap: float, partitioners: bool) -> StockResult:
-    """Run the stock stages in a forked child; stop it after ``cap`` seconds."""
+    """Run the stock stages in a forked child; stop it once it has used ``cap`` seconds on the benchmark's clock
+    (CPU seconds of the child with ``--clock cpu``, so other sessions' load does not kill it early)."""
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_stock_child, args=(child, trace, repeats, partitioners), daemon=True)
@@ -175,13 +187,24 @@ def run_stock(trace: Any, repeats: int, cap: float, partitioners: bool) -> Stock
     start = time.perf_counter()
     proc.start()
     child.close()
+
+    def used() -> float:
+        if _clock is time.thread_time:
+            cpu = _cpu_seconds(proc.pid)
+            if cpu == cpu:  # not NaN
+                return cpu
+        return time.perf_counter() - start
+
     while True:
-        remaining = cap - (time.perf_counter() - start)
-        if remaining <= 0 or not parent.poll(remaining):
+        if used() >= cap:
             if proc.is_alive():
                 proc.kill()
-                result.killed_after_s = time.perf_counter() - start
+                result.killed_after_s = used()
             break
+        if not parent.poll(min(5.0, max(0.05, cap - used()))):
+            if not proc.is_alive():
+                break
+            continue
         try:
             key, value = parent.recv()
         except EOFError:
@@ -265,7 +288,8 @@ def report(rows: list[dict[str, Any]], cap: float, cap_at: dict[int, float] | No
                      per(s, "partition_dataflow_s"), per(e, "partition_dataflow_s")])
     caps = ", ".join(f"{n:,} bound symbols: {c:.0f} s" for n, c in sorted(cap_at.items()))
     what = "CPU time of the measuring thread" if clock == "cpu" else "wall clock"
-    return (f"Times are {clock} seconds ({what}). Stock stages run in a child process capped at {cap:.0f} s per size"
+    return (f"Times are {clock} seconds ({what}). Stock stages run in a child process capped at {cap:.0f} {clock} s "
+            "per size"
             + (f" (raised for {caps})" if caps else "") + "; sizes after a killed stage are not run.\n\n"
             + markdown_table(headers, body)
             + "\n\nPartitioner alone (operator-transformed trace, no update_aliases; *pairwise predicate*: the same "

@@ -432,14 +432,14 @@ def _can_fuse_replacement(original: Callable[..., bool]) -> Callable[..., bool]:
             table = memo.get(id(self))
             if table is None:
                 table = memo[id(self)] = {}
-            found = table.get(id(bsym))
+            key = id(bsym)
+            found = table.get(key)
             if found is None:
-                sid = bsym.sym.id
-                if sid in _refused[1] or _refused[0] != len(_backward_impls or ()):
-                    found = _can_fuse(original, self, bsym)
+                size, refused = _refused
+                if bsym.sym.id in refused or size != len(_backward_impls or ()):
+                    found = table[key] = _can_fuse(original, self, bsym)
                 else:
-                    found = bool(original(self, bsym))
-                table[id(bsym)] = found
+                    found = table[key] = bool(original(self, bsym))
             return found
         if active():
             return _can_fuse(original, self, bsym)
