@@ -13,9 +13,11 @@ prologue's timer around the prologue. On a trivial function that is ~30 µs agai
    dtype and device, autocast off, the run-time aliasing string of the flattened arguments, grad mode,
    ``no_grad_sync`` off) — a call that would need its other branches (autocast on, a DDP/FSDP function) goes the
    long way;
-2. every cache entry's *prologue* — Thunder's generated guard, unchanged: argument count, every tensor's shape,
-   device, dtype and ``requires_grad``, constant values, module attributes, and the cache-info fields (aliasing
-   included) — newest first, under the compile data as Thunder runs it; the first that passes is the hit;
+2. every cache entry's *prologue* — Thunder's generated guard: argument count, every tensor's shape, device,
+   dtype and ``requires_grad``, constant values, module attributes, and the cache-info fields (aliasing
+   included) — newest first, under the compile data as Thunder runs it; the first that passes is the hit. The
+   prologue is Thunder's own code object, run with faster implementations of its five check operations
+   (:func:`guard`: the same decisions, without a message closure per check or ``str(device)`` per tensor);
 3. the computation, autograd connection, epilogue and grad-mode restore exactly as ``fn_`` does, with the same
    statistics (``calls``, ``cache_hits``, ``last_traces``, ``last_prologue``...); an epilogue that only unpacks and
    returns is called without its two mode decorators (:func:`plain_epilogue`).
@@ -32,6 +34,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+import types
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -42,11 +45,13 @@ import thunder
 from thunder.core.compile_data import _compile_data
 from thunder.core.options import CACHE_OPTIONS
 from thunder.core.prims import PrimIDs
+from thunder.core.proxies import NumberProxy
+from thunder.executors import pythonex
 from thunder.core.pytree import tree_flatten
 from thunder.core.trace import get_tracectx
 from thunder.executors.torch_autograd import connect_to_autograd
 
-__all__ = ["hit_path", "cache_info", "alias_string", "plain_epilogue"]
+__all__ = ["hit_path", "cache_info", "alias_string", "plain_epilogue", "guard", "GuardFailed"]
 
 _cache_info_ctx = thunder._cache_info_ctx
 _Tensor = torch.Tensor
@@ -114,6 +119,90 @@ def cache_info(cd: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[s
     return info
 
 
+class GuardFailed(Exception):
+    """A check of a prologue (run by :func:`hit_path`) failed: this cache entry does not apply."""
+
+
+_devices: dict[str, torch.device] = {}
+_int_shapes: dict[int, tuple[tuple[Any, ...], bool]] = {}  # id(shape constant) -> (it, all plain ints)
+
+
+def _check_tensor_metadata(t: Any, shape: tuple[Any, ...], device: str, dtype: torch.dtype,
+                           requires_grad: bool) -> None:
+    """``pythonex._check_tensor_shape_and_metadata_impl`` decided the same way, faster: a tensor, of that rank and
+    sizes (a ``NumberProxy`` size matches any), on that device (``torch.device`` equality, which is equality of
+    the strings Thunder compares), with that dtype and ``requires_grad``."""
+    if not isinstance(t, _Tensor) or t.dtype != dtype or t.requires_grad != requires_grad:
+        raise GuardFailed
+    dev = _devices.get(device)
+    if dev is None:
+        dev = _devices[device] = torch.device(device)
+    if t.device != dev:
+        raise GuardFailed
+    known = _int_shapes.get(id(shape))
+    if known is None or known[0] is not shape:
+        known = _int_shapes[id(shape)] = (shape, type(shape) is tuple and all(type(d) is int for d in shape))
+    if known[1]:
+        if t.shape != shape:
+            raise GuardFailed
+    elif len(t.shape) != len(shape) or not all(isinstance(r, NumberProxy) or x == r for x, r in zip(t.shape, shape)):
+        raise GuardFailed
+
+
+def _check_len(seq: Any, length: int, /) -> None:
+    if len(seq) != length:
+        raise GuardFailed
+
+
+def _check_literal_like(p: Any, v: Any, /) -> None:
+    if not p == v:
+        raise GuardFailed
+
+
+def _check_number_type_and_value(n: Any, v: Any) -> None:
+    if not (type(n) == type(v) and (n == v or (n != n and v != v))):  # noqa: E721 - Thunder's exact test
+        raise GuardFailed
+
+
+def _check_string_value(s: Any, value: Any) -> None:
+    if not s == value:
+        raise GuardFailed
+
+
+_FAST_CHECKS: dict[Any, Callable[..., None]] = {
+    pythonex._check_tensor_shape_and_metadata_impl: _check_tensor_metadata,
+    pythonex._check_len_impl: _check_len,
+    pythonex._check_literal_like_impl: _check_literal_like,
+    pythonex._check_number_type_and_value_impl: _check_number_type_and_value,
+    pythonex._check_string_value_impl: _check_string_value,
+}
+"""Thunder's implementations of the prologue checks -> the same decisions without ``utils.check``'s message
+closures or ``str(device)`` per tensor (``tests/thunder_ext/test_call_path.py`` compares them on every case)."""
+
+
+def guard(entry: Any) -> Callable[..., Any]:
+    """The prologue of a cache entry as the hit path runs it: Thunder's generated function (the same code object,
+    taken from inside the timer ``thunder.jit`` wraps it in) with its check implementations swapped for
+    :data:`_FAST_CHECKS` in a copy of its globals; ``entry.prologue_fn`` itself when the function cannot be found
+    there."""
+    timed = entry.prologue_fn
+    inner = [c.cell_contents for c in (getattr(timed, "__closure__", None) or ())
+             if isinstance(c.cell_contents, types.FunctionType)]
+    if len(inner) != 1 or inner[0].__closure__ is not None:
+        return timed
+    pro = inner[0]
+    scope = dict(pro.__globals__)
+    swapped = False
+    for name, value in scope.items():
+        fast = _FAST_CHECKS.get(value) if callable(value) else None
+        if fast is not None:
+            scope[name] = fast
+            swapped = True
+    if not swapped:
+        return pro
+    return types.FunctionType(pro.__code__, scope, pro.__name__, pro.__defaults__, None)
+
+
 _PACKING = frozenset((PrimIDs.UNPACK_TRIVIAL, PrimIDs.RETURN))
 
 
@@ -139,6 +228,7 @@ def hit_path(jfn: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
     set_grad_enabled = torch.set_grad_enabled
     perf_counter_ns = time.perf_counter_ns
     epilogues: dict[int, tuple[Any, Callable[..., Any]]] = {}  # id(epilogue_fn) -> (it, what to call)
+    guards: dict[int, tuple[Any, Callable[..., Any]]] = {}  # id(prologue_fn) -> (it, guard(entry))
 
     @functools.wraps(slow)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -155,8 +245,11 @@ def hit_path(jfn: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
         cd_token = _compile_data.set((cd, cs))
         try:
             for candidate in reversed(cs.interpreter_cache):
+                checked = guards.get(id(candidate.prologue_fn))
+                if checked is None or checked[0] is not candidate.prologue_fn:
+                    checked = guards[id(candidate.prologue_fn)] = (candidate.prologue_fn, guard(candidate))
                 try:
-                    inps, pro_to_epi = candidate.prologue_fn(*args, **kwargs)
+                    inps, pro_to_epi = checked[1](*args, **kwargs)
                 except Exception:
                     continue
                 entry = candidate
@@ -193,7 +286,7 @@ def hit_path(jfn: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
                 )
                 result = data_for_autograd["output"]
             found = epilogues.get(id(entry.epilogue_fn))
-            if found is None:
+            if found is None or found[0] is not entry.epilogue_fn:
                 found = epilogues[id(entry.epilogue_fn)] = (entry.epilogue_fn, plain_epilogue(entry))
             result = found[1](*pro_to_epi, *result)
             set_grad_enabled(cd.is_grad_enabled)

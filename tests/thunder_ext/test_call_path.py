@@ -267,3 +267,66 @@ def test_thunder_ext_jit_hit_and_epilogue():
         torch.testing.assert_close(out, torch.full((2,), 2.0**k + 1))
         assert extra == {"n": 3}
     assert thunder.cache_misses(jfn) == 1 and thunder.cache_hits(jfn) == 2
+
+
+def _raises(fn, *args):
+    try:
+        fn(*args)
+    except Exception:
+        return True
+    return False
+
+
+def test_fast_checks_decide_as_thunders():
+    from thunder.core.proxies import IntegerProxy
+    from thunder.core.trace import TraceCtx, tracectx
+    from thunder.executors import pythonex
+
+    t = torch.ones(2, 3)
+    with tracectx(TraceCtx()):
+        sym = IntegerProxy(name="s0", value=3)
+    tensor_cases = [
+        (t, (2, 3), "cpu", torch.float32, False), (t, (2, 4), "cpu", torch.float32, False),
+        (t, (2,), "cpu", torch.float32, False), (t, (2, 3, 1), "cpu", torch.float32, False),
+        (t, (2, 3), "meta", torch.float32, False), (t, (2, 3), "cuda:0", torch.float32, False),
+        (t, (2, 3), "cpu", torch.float64, False), (t, (2, 3), "cpu", torch.float32, True),
+        (t, (2, sym), "cpu", torch.float32, False), (t, (3, sym), "cpu", torch.float32, False),
+        (torch.ones(2, 3, device="meta"), (2, 3), "meta", torch.float32, False),
+        (torch.nn.Parameter(t), (2, 3), "cpu", torch.float32, True), (3, (), "cpu", torch.float32, False),
+        (torch.tensor(1.0), (), "cpu", torch.float32, False),
+    ]
+    for case in tensor_cases:
+        assert _raises(fast_call._check_tensor_metadata, *case) == _raises(
+            pythonex._check_tensor_shape_and_metadata_impl, *case), case
+    nan = float("nan")
+    number_cases = [(1, 1), (1, 1.0), (1.0, 1.0), (nan, nan), (nan, 1.0), (True, True), (True, 1), (2, 3)]
+    for case in number_cases:
+        assert _raises(fast_call._check_number_type_and_value, *case) == _raises(
+            pythonex._check_number_type_and_value_impl, *case), case
+    for case in [((1, 2), 2), ([], 0), ([1], 2), ({}, 0)]:
+        assert _raises(fast_call._check_len, *case) == _raises(pythonex._check_len_impl, *case)
+    for case in [("a", "a"), ("a", "b"), ("", "")]:
+        assert _raises(fast_call._check_string_value, *case) == _raises(pythonex._check_string_value_impl, *case)
+    for case in [(torch.float32, torch.float32), (torch.float32, torch.float64),
+                 (torch.device("cpu"), torch.device("cpu")), (torch.device("cpu"), torch.device("meta"))]:
+        assert _raises(fast_call._check_literal_like, *case) == _raises(pythonex._check_literal_like_impl, *case)
+
+
+def test_guard_runs_thunders_prologue_code_with_the_fast_checks():
+    jfn = thunder.jit(lambda a, k: a * k, executors=["torch"])
+    jfn(torch.ones(2), 2.0)
+    entry = jfn._lc_cs.interpreter_cache[0]
+    checked = fast_call.guard(entry)
+    assert checked is not entry.prologue_fn and checked.__globals__["check_tensor_metadata"] is (
+        fast_call._check_tensor_metadata)
+    assert checked.__code__ is inspect.unwrap(entry.prologue_fn).__code__ or checked.__code__.co_name == "prologue"
+    token = thunder._cache_info_ctx.set(fast_call.cache_info(jfn._lc_cd, (torch.ones(2), 2.0), {}))
+    try:
+        inps, _ = checked(torch.ones(2), 2.0)
+        assert len(inps) >= 1
+        with pytest.raises(fast_call.GuardFailed):
+            checked(torch.ones(3), 2.0)
+        with pytest.raises(fast_call.GuardFailed):
+            checked(torch.ones(2), 3.0)
+    finally:
+        thunder._cache_info_ctx.reset(token)
