@@ -42,18 +42,19 @@ from typing import Any
 import torch
 
 import thunder
-from thunder.core.compile_data import _compile_data
 from thunder.core.options import CACHE_OPTIONS
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import NumberProxy
-from thunder.executors import pythonex
 from thunder.core.pytree import tree_flatten
 from thunder.core.trace import get_tracectx
 from thunder.executors.torch_autograd import connect_to_autograd
 
+from ._thunder import CACHE_INFO_CTX, CHECK_IMPLS, COMPILE_DATA_CTX
+
 __all__ = ["hit_path", "cache_info", "alias_string", "plain_epilogue", "guard", "GuardFailed"]
 
-_cache_info_ctx = thunder._cache_info_ctx
+_cache_info_ctx = CACHE_INFO_CTX.get()
+_compile_data = COMPILE_DATA_CTX.get()
 _Tensor = torch.Tensor
 _strided = torch.strided
 _CONSTANT_VALUES = CACHE_OPTIONS.CONSTANT_VALUES
@@ -170,11 +171,9 @@ def _check_string_value(s: Any, value: Any) -> None:
 
 
 _FAST_CHECKS: dict[Any, Callable[..., None]] = {
-    pythonex._check_tensor_shape_and_metadata_impl: _check_tensor_metadata,
-    pythonex._check_len_impl: _check_len,
-    pythonex._check_literal_like_impl: _check_literal_like,
-    pythonex._check_number_type_and_value_impl: _check_number_type_and_value,
-    pythonex._check_string_value_impl: _check_string_value,
+    impl.get(): fast for impl, fast in zip(CHECK_IMPLS, (_check_tensor_metadata, _check_len, _check_literal_like,
+                                                          _check_number_type_and_value, _check_string_value),
+                                           strict=True)
 }
 """Thunder's implementations of the prologue checks -> the same decisions without ``utils.check``'s message
 closures or ``str(device)`` per tensor (``tests/thunder_ext/test_call_path.py`` compares them on every case)."""
@@ -222,9 +221,11 @@ def hit_path(jfn: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
     """A callable that runs a cache hit of the ``thunder.jit`` function ``jfn`` in one frame (see the module
     docstring) and everything else through ``slow`` (which calls ``jfn``). Holds ``jfn``'s compile data and
     statistics weakly, as Thunder does (a module's compile data maps back to the module)."""
-    weak_cd, weak_cs = weakref.ref(jfn._lc_cd), weakref.ref(jfn._lc_cs)
-    differentiable = jfn._lc_cd.compile_options.get("is_differentiable_outputs", None)
-    split = jfn._lc_cd.compile_options.get("thunderfx_disable_split_autograd", False)
+    cd = thunder.compile_data(jfn)
+    weak_cd, weak_cs = weakref.ref(cd), weakref.ref(thunder.compile_stats(jfn))
+    differentiable = cd.compile_options.get("is_differentiable_outputs", None)
+    split = cd.compile_options.get("thunderfx_disable_split_autograd", False)
+    del cd
     set_grad_enabled = torch.set_grad_enabled
     perf_counter_ns = time.perf_counter_ns
     epilogues: dict[int, tuple[Any, Callable[..., Any]]] = {}  # id(epilogue_fn) -> (it, what to call)
