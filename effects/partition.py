@@ -54,9 +54,9 @@ from .compose import compose
 from .errors import CycleError, OrderViolation
 from .explain import violation_message
 from .alias import StorageClasses
-from .graph import DependencyGraph, _Plan, _plan, resolve_effects
+from .graph import DependencyGraph, _Plan, operand_accesses, plan_of, resolve_effects
 from .model import Effects
-from .program import Const, Instruction, Program, operand_values
+from .program import Instruction, Program, operand_values
 from .registry import Registry
 
 __all__ = ["Region", "Partitioning", "partition", "partition_members", "consecutive_groups", "region_effects",
@@ -307,31 +307,14 @@ def _consecutive_sweep(insts: Sequence[Instruction], n: int, fus: list[bool], ef
             last_barrier, since_barrier = -1, []
             continue
         inst = insts[i]
-        eff = effs[i]
-        entry = plans.get(id(eff))
-        if entry is None:
-            entry = plans[id(eff)] = (eff, _plan(eff))  # keep eff alive so its id stays unique
-        plan = entry[1]
-        not_read, written, write_all = plan.not_read, plan.written, plan.write_all
+        plan = plan_of(plans, effs[i])
         # the accesses of i, as the graph builder collects them
+        used, reads, writes = operand_accesses(inst, plan, ids, cls_of)
         defs: list[int] = []
-        reads: list[int] = []
-        writes: list[int] = []
-        for pos, operand in enumerate(inst.inputs):
-            if isinstance(operand, Const):
-                continue
-            for v in (operand if isinstance(operand, tuple) else (operand,)):
-                if isinstance(v, Const):
-                    continue
-                vid = ids[v]
-                d = def_in.get(vid)
-                if d is not None:
-                    defs.append(d)
-                c = cls_of[vid]
-                if pos not in not_read and c not in reads:
-                    reads.append(c)
-                if (write_all or pos in written) and c not in writes:
-                    writes.append(c)
+        for vid, _ in used:
+            d = def_in.get(vid)  # type: ignore[arg-type]  # every operand is defined: the alias pass checked
+            if d is not None:
+                defs.append(d)
         effectful = bool(writes) or plan.any_resource
         if start < i:
             # predecessors inside the run, in the graph's edge order (DATA, RAW, WAR, WAW, ORDER, barrier)
