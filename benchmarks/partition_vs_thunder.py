@@ -19,11 +19,17 @@ Partitioner alone: Thunder's ``fuse_bound_symbols`` vs :func:`thunder_ext.pipeli
 ``fuse_bound_symbols`` runs under :func:`thunder_ext.install`) on the operator-transformed trace (without
 ``update_aliases``), consecutive and dataflow.
 
-Stock measurements run in a forked child process killed after ``--cap`` seconds per size; a killed stage is
+Stock measurements run in a forked child process killed after ``--cap`` seconds per size, on the benchmark's clock
+(the child's CPU seconds with ``--clock cpu``; ``--cap-at`` gives one
+size its own cap; by default the 4,800-symbol row runs to the end, so its speedup is a number); a killed stage is
 reported as ``> cap`` (a measured lower bound) and larger sizes are not attempted for it. Nothing is
 extrapolated. Each timing is the median of ``--repeats`` runs (stock stages that take over 5 s run once).
 
-Usage: ``python -m benchmarks.partition_vs_thunder [--sizes 1000 4800 ...] [--cap 120] [--repeats 3]``.
+Times are CPU seconds of the measuring thread by default (``--clock cpu``): this machine is shared, and wall time
+under other sessions' load varied threefold between runs of the same code; ``--clock wall`` measures wall time.
+
+Usage: ``python -m benchmarks.partition_vs_thunder [--sizes 1000 4800 ...] [--cap 120] [--cap-at 4800=3600]
+[--repeats 3] [--clock cpu]``.
 Writes ``benchmarks/results/partition_vs_thunder.{json,md,png}``.
 """
 
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -92,10 +99,16 @@ def compile_context(fusion_type: str) -> Iterator[None]:
         yield
 
 
+CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.thread_time, "wall": time.perf_counter}
+_clock: Callable[[], float] = time.thread_time
+"""What :func:`_timed` reads (``--clock``): the CPU time of the measuring thread by default, which a shared
+machine's other load does not inflate (wall time on a loaded 2-core machine varied 3x between runs)."""
+
+
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    start = time.perf_counter()
+    start = _clock()
     result = fn()
-    return result, time.perf_counter() - start
+    return result, _clock() - start
 
 
 def _median(fn: Callable[[], Any], repeats: int) -> tuple[Any, float]:
@@ -115,6 +128,14 @@ def _fusion_stats(trace: Any) -> dict[str, int]:
 
 # --- stock (in a child process, capped) ------------------------------------------------------------------------
 def _stock_child(conn: Connection, trace: Any, repeats: int, partitioners: bool) -> None:
+    if partitioners:  # first: they are fast, and measured even where the cap kills the whole pipeline below
+        plain = _transform_for_operator_executor_execution(trace, EXECUTORS)
+        for strategy in ("consecutive", "dataflow"):
+            with compile_context(strategy):
+                _, t = _median(lambda: data_dependent_partition.fuse_bound_symbols(plain, _merge), repeats)
+            conn.send((f"partition_{strategy}_s", t))
+        _, t = _median(lambda: data_dependent_partition.consecutive_fusion(plain, _merge_pairwise), repeats)
+        conn.send(("partition_consecutive_pairwise_s", t))
     with compile_context("consecutive"):
         aliased, t_alias = _median(lambda: update_aliases.insert_alias_updates(trace, []), repeats)
         conn.send(("alias_s", t_alias))
@@ -122,18 +143,23 @@ def _stock_child(conn: Connection, trace: Any, repeats: int, partitioners: bool)
         fused, t_fusion = _median(lambda: torch_compile_ex.fusion_pass(ex), repeats)
         conn.send(("fusion_pass_s", t_fusion))
         conn.send(("final", _fusion_stats(fused)))
-    if partitioners:
-        plain = _transform_for_operator_executor_execution(trace, EXECUTORS)
-        for strategy in ("consecutive", "dataflow"):
-            with compile_context(strategy):
-                _, t = _median(lambda: data_dependent_partition.fuse_bound_symbols(plain, _merge), repeats)
-            conn.send((f"partition_{strategy}_s", t))
     conn.send(("done", True))
 
 
 def _merge(a: Any, b: Any) -> bool:
-    """The torchcompile executor's merge predicate (``TorchCompileExecutor.fusion_pass``)."""
+    """The torchcompile executor's merge predicate (``TorchCompileExecutor.fusion_pass``): a conjunction of a
+    per-node test, as Thunder's own torchcompile and CUDA graph predicates are (marked so for thunder_ext, which
+    recognises Thunder's by their code; stock Thunder ignores the mark)."""
     return all(len(n.group_bsyms) > 1 or torch_compile_ex.can_fuse(n.group_bsyms[0]) for n in (a, b))
+
+
+thunder_ext.pipeline.conjunctive(_merge)
+
+
+def _merge_pairwise(a: Any, b: Any) -> bool:
+    """The same predicate, unmarked: thunder_ext must then ask it for every dependency edge (data and effect edges)
+    inside a region — the consecutive strategy's alias-class sweep (:func:`effects.consecutive_groups`)."""
+    return _merge(a, b)
 
 
 @dataclass
@@ -142,8 +168,18 @@ class StockResult:
     killed_after_s: float | None = None  # set when the cap killed the child
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc``; wall time where that is unavailable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def run_stock(trace: Any, repeats: int, cap: float, partitioners: bool) -> StockResult:
-    """Run the stock stages in a forked child; stop it after ``cap`` seconds."""
+    """Run the stock stages in a forked child; stop it once it has used ``cap`` seconds on the benchmark's clock
+    (CPU seconds of the child with ``--clock cpu``, so other sessions' load does not kill it early)."""
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_stock_child, args=(child, trace, repeats, partitioners), daemon=True)
@@ -151,13 +187,24 @@ def run_stock(trace: Any, repeats: int, cap: float, partitioners: bool) -> Stock
     start = time.perf_counter()
     proc.start()
     child.close()
+
+    def used() -> float:
+        if _clock is time.thread_time:
+            cpu = _cpu_seconds(proc.pid)
+            if cpu == cpu:  # not NaN
+                return cpu
+        return time.perf_counter() - start
+
     while True:
-        remaining = cap - (time.perf_counter() - start)
-        if remaining <= 0 or not parent.poll(remaining):
+        if used() >= cap:
             if proc.is_alive():
                 proc.kill()
-                result.killed_after_s = time.perf_counter() - start
+                result.killed_after_s = used()
             break
+        if not parent.poll(min(5.0, max(0.05, cap - used()))):
+            if not proc.is_alive():
+                break
+            continue
         try:
             key, value = parent.recv()
         except EOFError:
@@ -184,6 +231,9 @@ def run_ext(trace: Any, repeats: int, partitioners: bool) -> dict[str, Any]:
                 with compile_context(strategy):
                     _, out[f"partition_{strategy}_s"] = _median(
                         lambda: data_dependent_partition.fuse_bound_symbols(ex, _merge), repeats)
+            with compile_context("consecutive"):
+                _, out["partition_consecutive_pairwise_s"] = _median(
+                    lambda: data_dependent_partition.fuse_bound_symbols(ex, _merge_pairwise), repeats)
     finally:
         thunder_ext.uninstall()
     return out
@@ -196,7 +246,8 @@ def _fmt(value: float | None, killed: float | None = None) -> str:
     return f"> {killed:.0f} (killed)" if killed is not None else "not run"
 
 
-def report(rows: list[dict[str, Any]], cap: float) -> str:
+def report(rows: list[dict[str, Any]], cap: float, cap_at: dict[int, float] | None = None, clock: str = "cpu") -> str:
+    cap_at = cap_at or {}
     headers = ["bound symbols", "tracing s", "stock update_aliases s", "stock fusion_pass s", "stock total s",
                "ext aliases s", "ext fusion_pass s", "ext total s", "speedup", "ext µs/bsym",
                "regions stock/ext", "final bsyms stock/ext"]
@@ -218,6 +269,8 @@ def report(rows: list[dict[str, Any]], cap: float) -> str:
             f"{sf.get('bound_symbols', '—')}/{ef['bound_symbols']}",
         ])
     part_headers = ["bound symbols", "thunder consecutive µs/bsym", "ext consecutive µs/bsym",
+                    "ext / thunder", "thunder consecutive, pairwise predicate µs/bsym",
+                    "ext consecutive, pairwise predicate (sweep) µs/bsym", "ext / thunder",
                     "thunder dataflow µs/bsym", "ext dataflow µs/bsym"]
     part = []
     for r in rows:
@@ -226,11 +279,23 @@ def report(rows: list[dict[str, Any]], cap: float) -> str:
         def per(d: dict[str, Any], key: str, n: int = n) -> str:
             return f"{d[key] / n * 1e6:.1f}" if key in d else "not run"
 
+        def ratio(key: str, s: dict[str, Any] = s, e: dict[str, Any] = e) -> str:
+            return f"{e[key] / s[key]:.2f}x" if key in s and key in e else "—"
+
         part.append([f"{n:,}", per(s, "partition_consecutive_s"), per(e, "partition_consecutive_s"),
+                     ratio("partition_consecutive_s"), per(s, "partition_consecutive_pairwise_s"),
+                     per(e, "partition_consecutive_pairwise_s"), ratio("partition_consecutive_pairwise_s"),
                      per(s, "partition_dataflow_s"), per(e, "partition_dataflow_s")])
-    return (f"Stock stages run in a child process capped at {cap:.0f} s per size; sizes after a killed stage are "
-            "not run.\n\n" + markdown_table(headers, body) + "\n\nPartitioner alone (operator-transformed trace, "
-            "no update_aliases):\n\n" + markdown_table(part_headers, part))
+    caps = ", ".join(f"{n:,} bound symbols: {c:.0f} s" for n, c in sorted(cap_at.items()))
+    what = "CPU time of the measuring thread" if clock == "cpu" else "wall clock"
+    return (f"Times are {clock} seconds ({what}). Stock stages run in a child process capped at {cap:.0f} {clock} s "
+            "per size"
+            + (f" (raised for {caps})" if caps else "") + "; sizes after a killed stage are not run.\n\n"
+            + markdown_table(headers, body)
+            + "\n\nPartitioner alone (operator-transformed trace, no update_aliases; *pairwise predicate*: the same "
+            "predicate unmarked, so thunder_ext asks it along every dependency edge inside a region, the "
+            "alias-class sweep; stock Thunder's consecutive partitioner never asks pairs):\n\n"
+            + markdown_table(part_headers, part))
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
@@ -278,10 +343,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), help="bound symbols")
     parser.add_argument("--cap", type=float, default=120.0, help="seconds per size for the stock child process")
+    parser.add_argument("--cap-at", nargs="*", default=["4800=3600"], metavar="BSYMS=SECONDS",
+                        help="a different cap for one requested size (default: the 4,800 row runs to the end)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
+                        help="cpu: thread CPU time (default, robust to a shared machine's load); wall: perf_counter")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-partitioners", action="store_true", help="skip the partitioner-only columns")
     parser.add_argument("--name", default="partition_vs_thunder", help="result file name under results/")
     args = parser.parse_args(argv)
+    global _clock
+    _clock = CLOCKS[args.clock]
+    cap_at = {int(k): float(v) for k, v in (item.split("=") for item in args.cap_at)}
     rows: list[dict[str, Any]] = []
     stock_stopped = False
     for n in sorted(args.sizes):
@@ -292,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         if stock_stopped:
             row["stock"] = {}
         else:
-            stock = run_stock(trace, args.repeats, args.cap, not args.no_partitioners)
+            stock = run_stock(trace, args.repeats, cap_at.get(n, args.cap), not args.no_partitioners)
             row["stock"] = stock.values
             if stock.killed_after_s is not None:
                 row["stock_killed_after_s"] = stock.killed_after_s
@@ -303,9 +375,10 @@ def main(argv: list[str] | None = None) -> int:
               + (f"{s['alias_s'] + s['fusion_pass_s']:.3f}s" if "fusion_pass_s" in s else
                  f"killed after {row.get('stock_killed_after_s', 0):.0f}s" if "stock_killed_after_s" in row
                  else "not run"), flush=True)
-    md = report(rows, args.cap)
+    md = report(rows, args.cap, {n: c for n, c in cap_at.items() if n in args.sizes}, args.clock)
     print("\n" + md)
-    record = {"environment": environment("cpu"), "cap_s": args.cap, "repeats": args.repeats, "rows": rows}
+    record = {"environment": environment("cpu"), "cap_s": args.cap, "cap_at_s": cap_at, "clock": args.clock,
+              "repeats": args.repeats, "rows": rows}
     paths = list(write_results(args.name, record, "# (a) Effect pipeline vs stock Thunder\n\n" + md))
     png = plot(rows, RESULTS_DIR / f"{args.name}.png")
     if png is not None:

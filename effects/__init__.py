@@ -68,7 +68,8 @@ from .model import (
 from .functionalize import Functionalized, Rules, functionalize
 from .graph import HAZARD_RULES, DependencyGraph
 from .reinplace import InplaceRules, Layout, ReinplaceReport, Unview, ValueMeta, reinplace
-from .partition import Partitioning, Region, apply_partition, check_partition, partition, region_effects
+from .partition import (Partitioning, Region, apply_partition, check_partition, consecutive_groups, partition,
+                        partition_members, region_effects)
 from .program import Const, Instruction, Program, operand_values
 from .registry import Declaration, Origin, Registration, Registry, Resolution, default_registry
 from .schedule import check_order, is_valid_order, random_order, reorder, toposort
@@ -90,7 +91,8 @@ __all__ = [
     "StorageClasses", "EdgeKind", "Edge", "KEEPS_ALIVE", "STORAGE_HAZARDS", "DependencyGraph", "HAZARD_RULES",
     "live_instructions", "dce",
     "toposort", "check_order", "is_valid_order", "random_order", "reorder",
-    "Region", "Partitioning", "partition", "region_effects", "apply_partition", "check_partition", "verify",
+    "Region", "Partitioning", "partition", "partition_members", "consecutive_groups", "region_effects",
+    "apply_partition", "check_partition", "verify",
     # functionalization and its way back
     "functionalize", "Functionalized", "Rules", "reinplace", "InplaceRules", "ReinplaceReport", "ValueMeta",
     "Unview", "Layout",

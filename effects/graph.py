@@ -121,6 +121,42 @@ def _plan(effects: Effects) -> _Plan:
     )
 
 
+def plan_of(plans: dict[int, tuple[Effects, _Plan]], eff: Effects) -> _Plan:
+    """The access plan of ``eff``, computed once per distinct effects object (``plans`` keeps ``eff`` alive, so
+    its id stays unique while cached)."""
+    entry = plans.get(id(eff))
+    if entry is None:
+        entry = plans[id(eff)] = (eff, _plan(eff))
+    return entry[1]
+
+
+def operand_accesses(inst: Instruction, plan: _Plan, ids: dict[Value, int], cls_of: list[int]
+                     ) -> tuple[list[tuple[int | None, Value]], list[int], list[int]]:
+    """What instruction ``inst`` (with access plan ``plan``) touches: every operand value with its value number
+    (``None`` when ``ids`` does not know it), and the distinct storage classes it reads and writes, in operand
+    order (shared by the graph builder and :func:`effects.partition.consecutive_groups`)."""
+    not_read, written, write_all = plan.not_read, plan.written, plan.write_all
+    used: list[tuple[int | None, Value]] = []
+    reads: list[int] = []
+    writes: list[int] = []
+    for pos, operand in enumerate(inst.inputs):
+        if isinstance(operand, Const):
+            continue
+        for v in (operand if isinstance(operand, tuple) else (operand,)):
+            if isinstance(v, Const):
+                continue
+            vid = ids.get(v)
+            used.append((vid, v))
+            if vid is None:
+                continue
+            c = cls_of[vid]
+            if pos not in not_read and c not in reads:
+                reads.append(c)
+            if (write_all or pos in written) and c not in writes:
+                writes.append(c)
+    return used, reads, writes
+
+
 # --- the builder state the hazard rules read --------------------------------------------------------------------
 class _State:
     """Mutable state of one build. Rules only *emit* edges from it; the builder alone updates it."""
@@ -297,34 +333,16 @@ class DependencyGraph:
         out = st.out
         for i, inst in enumerate(program.instructions):
             start[i] = len(out)
-            eff = effects[i]
-            entry = plans.get(id(eff))
-            if entry is None:
-                entry = plans[id(eff)] = (eff, _plan(eff))  # keep eff alive so its id stays unique
-            plan = entry[1]
-            not_read, written, write_all = plan.not_read, plan.written, plan.write_all
-
+            plan = plan_of(plans, effects[i])
+            used, reads, writes = operand_accesses(inst, plan, ids, cls_of)
             defs: list[tuple[int, Value]] = []
-            reads: list[int] = []
-            writes: list[int] = []
-            for pos, operand in enumerate(inst.inputs):
-                if isinstance(operand, Const):
-                    continue
-                for v in (operand if isinstance(operand, tuple) else (operand,)):
-                    if isinstance(v, Const):
-                        continue
-                    vid = ids.get(v)
-                    if vid is None or def_of[vid] >= i:
-                        program.check()  # raises UndefinedValueError naming instruction i
-                        raise UndefinedValueError(f"instruction {i} uses {v!r} before it is defined")
-                    d = def_of[vid]
-                    if d >= 0 and (d, v) not in defs:
-                        defs.append((d, v))
-                    c = cls_of[vid]
-                    if pos not in not_read and c not in reads:
-                        reads.append(c)
-                    if (write_all or pos in written) and c not in writes:
-                        writes.append(c)
+            for vid, v in used:
+                if vid is None or def_of[vid] >= i:
+                    program.check()  # raises UndefinedValueError naming instruction i
+                    raise UndefinedValueError(f"instruction {i} uses {v!r} before it is defined")
+                d = def_of[vid]
+                if d >= 0 and (d, v) not in defs:
+                    defs.append((d, v))
 
             if defs:
                 data(st, i, defs)

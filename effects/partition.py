@@ -15,6 +15,12 @@ internal to a region. Unfusible instructions are singleton regions.
 Strategies:
 
 * ``"consecutive"`` never reorders: a region is a maximal run of adjacent fusible instructions. O(n + e).
+  :func:`consecutive_groups` computes the same regions (members only, no composition) from the program alone in
+  one forward sweep after the alias pass: only the edges *inside the open run* can reach ``can_fuse``, so the
+  sweep keeps the hazard state (definers, last writer and readers since it per storage class, last user per
+  resource, effectful instructions since the last barrier) of the open run only, asks ``can_fuse`` once per
+  distinct predecessor in the run, and builds no graph. Without ``can_fuse`` it is one ``fusible`` call per
+  instruction.
 * ``"dataflow"`` merges non-adjacent instructions when legal, by *level-based merging* in program order. Every
   region ``R`` has a level with the invariant ``level(S) < level(T)`` for every contracted edge ``S -> T``, and
   ``min_succ(R)``, a lower bound of its successors' levels. Instruction ``i`` may join a candidate region ``R``
@@ -47,11 +53,14 @@ from ._util import gc_paused
 from .compose import compose
 from .errors import CycleError, OrderViolation
 from .explain import violation_message
-from .graph import DependencyGraph
+from .alias import StorageClasses
+from .graph import DependencyGraph, _Plan, operand_accesses, plan_of, resolve_effects
 from .model import Effects
 from .program import Instruction, Program, operand_values
+from .registry import Registry
 
-__all__ = ["Region", "Partitioning", "partition", "region_effects", "apply_partition", "check_partition"]
+__all__ = ["Region", "Partitioning", "partition", "partition_members", "consecutive_groups", "region_effects",
+           "apply_partition", "check_partition"]
 
 Value = Hashable
 Strategy = Literal["consecutive", "dataflow"]
@@ -105,7 +114,8 @@ def _consecutive(
     open_group = False
     for i, inst in enumerate(insts):
         if fus[i] and open_group and (
-            can_fuse is None or all(can_fuse(insts[p], inst) for p in preds(i) if owner[p] == len(groups) - 1)
+            can_fuse is None
+            or all(can_fuse(insts[p], inst) for p in dict.fromkeys(preds(i)) if owner[p] == len(groups) - 1)
         ):
             groups[-1].append(i)
         else:
@@ -190,6 +200,31 @@ def partition(
     Raises:
         ValueError: ``strategy`` is not ``"consecutive"`` or ``"dataflow"``.
     """
+    with gc_paused():
+        groups = _group(graph, fusible, strategy, can_fuse)
+        return Partitioning(tuple(_compose(graph, groups)))
+
+
+def partition_members(
+    graph: DependencyGraph,
+    fusible: Callable[[Instruction], bool] | Sequence[bool],
+    *,
+    strategy: Strategy,
+    can_fuse: Callable[[Instruction, Instruction], bool] | None = None,
+) -> list[tuple[int, ...]]:
+    """The members of the regions of :func:`partition` (same arguments), in the same order, without composing
+    their effects, inputs and outputs (for a caller that only needs the grouping); ``fusible`` may also be its
+    answers per instruction.
+
+    Raises:
+        ValueError: ``strategy`` is not ``"consecutive"`` or ``"dataflow"``.
+    """
+    with gc_paused():
+        return [tuple(g) for g in _group(graph, fusible, strategy, can_fuse)]
+
+
+def _group(graph: DependencyGraph, fusible: Callable[[Instruction], bool] | Sequence[bool], strategy: str,
+           can_fuse: Callable[[Instruction, Instruction], bool] | None) -> list[list[int]]:
     if strategy == "consecutive":
         group = _consecutive
     elif strategy == "dataflow":
@@ -198,10 +233,141 @@ def partition(
         raise ValueError(f"partition(strategy={strategy!r}): use 'consecutive' (never reorders) or 'dataflow' "
                          "(merges non-adjacent instructions when legal)")
     insts = graph.program.instructions
-    fus = [bool(fusible(inst)) for inst in insts]
+    fus = [bool(f) for f in fusible] if not callable(fusible) else [bool(fusible(inst)) for inst in insts]
+    return group(insts, fus, graph.pred_sources, can_fuse)
+
+
+def consecutive_groups(
+    program: Program,
+    fusible: Callable[[Instruction], bool] | Sequence[bool],
+    *,
+    can_fuse: Callable[[Instruction, Instruction], bool] | None = None,
+    registry: Registry | None = None,
+    effects: Sequence[Effects] | None = None,
+) -> list[tuple[int, ...]]:
+    """The members of the regions ``partition(DependencyGraph.build(program), fusible, strategy="consecutive",
+    can_fuse=can_fuse)`` makes, in order, without building the graph or composing region effects (see the module
+    docstring). ``fusible`` is the predicate or its answers per instruction; ``effects`` the resolved effects per
+    instruction (default: :func:`effects.graph.resolve_effects` with ``registry``).
+
+    ``can_fuse(producer, consumer)`` is asked for every distinct predecessor of a member inside its run, over the
+    edges of every kind the graph would have (DATA, RAW, WAR, WAW, ORDER and the GLOBAL barrier's), in the
+    graph's edge order; a refusal starts a new run at the consumer.
+
+    Raises:
+        UndefinedValueError, DuplicateDefinitionError: ``program`` is ill-formed (the alias pass checks it).
+    """
+    insts = program.instructions
+    n = len(insts)
+    fus = [bool(f) for f in fusible] if not callable(fusible) else [bool(fusible(inst)) for inst in insts]
+    if can_fuse is None:
+        return _runs(fus)
+    effs = list(effects) if effects is not None else resolve_effects(program, registry)
     with gc_paused():
-        groups = group(insts, fus, graph.pred_sources, can_fuse)
-        return Partitioning(tuple(_compose(graph, groups)))
+        storage = StorageClasses.from_effects(program, effs)
+        return _consecutive_sweep(insts, n, fus, effs, storage, can_fuse)
+
+
+def _runs(fus: list[bool]) -> list[tuple[int, ...]]:
+    groups: list[tuple[int, ...]] = []
+    start = 0
+    for i, f in enumerate(fus):
+        if not f:
+            if start < i:
+                groups.append(tuple(range(start, i)))
+            groups.append((i,))
+            start = i + 1
+    if start < len(fus):
+        groups.append(tuple(range(start, len(fus))))
+    return groups
+
+
+def _consecutive_sweep(insts: Sequence[Instruction], n: int, fus: list[bool], effs: Sequence[Effects],
+                       storage: StorageClasses, can_fuse: Callable[[Instruction, Instruction], bool]
+                       ) -> list[tuple[int, ...]]:
+    ids, cls_of = storage.value_ids, storage.class_of_value_id
+    plans: dict[int, tuple[Effects, _Plan]] = {}
+    groups: list[tuple[int, ...]] = []
+    start = 0  # first member of the open run; the run is insts[start:i]
+    # hazard state of the open run only (reset when a run starts): definers by value id, and per storage class /
+    # resource the accesses *inside the run* (anything older can never be an internal edge)
+    def_in: dict[int, int] = {}
+    last_write: dict[int, int] = {}
+    readers: dict[int, list[int]] = {}
+    last_user: dict[object, int] = {}
+    last_barrier = -1
+    since_barrier: list[int] = []
+    for i in range(n):
+        if not fus[i]:
+            if start < i:
+                groups.append(tuple(range(start, i)))
+            groups.append((i,))
+            start = i + 1
+            def_in, last_write, readers, last_user = {}, {}, {}, {}
+            last_barrier, since_barrier = -1, []
+            continue
+        inst = insts[i]
+        plan = plan_of(plans, effs[i])
+        # the accesses of i, as the graph builder collects them
+        used, reads, writes = operand_accesses(inst, plan, ids, cls_of)
+        defs: list[int] = []
+        for vid, _ in used:
+            d = def_in.get(vid)  # type: ignore[arg-type]  # every operand is defined: the alias pass checked
+            if d is not None:
+                defs.append(d)
+        effectful = bool(writes) or plan.any_resource
+        if start < i:
+            # predecessors inside the run, in the graph's edge order (DATA, RAW, WAR, WAW, ORDER, barrier)
+            preds = defs
+            for c in reads:
+                w = last_write.get(c)
+                if w is not None:
+                    preds.append(w)
+            for c in writes:
+                rs = readers.get(c)
+                if rs:
+                    preds.extend(rs)
+            for c in writes:
+                w = last_write.get(c)
+                if w is not None:
+                    preds.append(w)
+            for r in plan.ordered:
+                u = last_user.get(r)
+                if u is not None:
+                    preds.append(u)
+            if effectful:
+                if plan.barrier:
+                    preds.extend(since_barrier)
+                elif last_barrier >= 0:
+                    preds.append(last_barrier)
+            if preds and not all(can_fuse(insts[p], inst) for p in dict.fromkeys(preds)):
+                groups.append(tuple(range(start, i)))
+                start = i
+                def_in, last_write, readers, last_user = {}, {}, {}, {}
+                last_barrier, since_barrier = -1, []
+        # record i's accesses in the (possibly new) run
+        for c in reads:
+            rs = readers.get(c)
+            if rs is None:
+                readers[c] = [i]
+            else:
+                rs.append(i)
+        for c in writes:
+            last_write[c] = i
+            readers[c] = []
+        for r in plan.ordered:
+            last_user[r] = i
+        if effectful:
+            if plan.barrier:
+                last_barrier = i
+                since_barrier = []
+            else:
+                since_barrier.append(i)
+        for v in inst.outputs:
+            def_in[ids[v]] = i
+    if start < n:
+        groups.append(tuple(range(start, n)))
+    return groups
 
 
 # --- composition --------------------------------------------------------------------------------------------------

@@ -175,7 +175,14 @@ def guarded(original: Callable[..., Any], stand_in: Callable[..., Any]) -> Calla
     (:func:`thunder_ext.state.active`), else ``original(*args)`` — the one place the on/off check is made, so
     applying the patches changes nothing for plain ``thunder.jit`` until :func:`thunder_ext.install` is called.
     A plain function (it may replace a method, so it binds like one) that shows ``original``'s name, docstring
-    and signature (``__wrapped__``), without copying its attributes (``original`` may be a class)."""
+    and signature (``__wrapped__``), without copying its attributes (``original`` may be a class).
+
+    A stand-in on a hot path may bring its own replacement (``stand_in.replacement(original)``, made the same way:
+    the original unless :func:`thunder_ext.state.active`): :func:`pipeline.can_fuse`, asked once per bound symbol
+    and subsymbol, answers memoized calls in one frame."""
+    factory = getattr(stand_in, "replacement", None)
+    if factory is not None:
+        return functools.wraps(original, updated=())(factory(original))
 
     @functools.wraps(original, updated=())
     def replacement(*args: Any, **kwargs: Any) -> Any:

@@ -40,11 +40,15 @@ name                                                  used by          for
 ``BoundSymbol.flat_outs`` / ``flat_proxy_args``       _thunder_fast    Thunder's cached values, when computed
 (``functools.cached_property`` slots)
 ``Region.bound_symbols`` / ``inputs`` / ``outputs``   _thunder_fast    set without Thunder's constructor
+``thunder._cache_info_ctx``                           fast_call        the cache info a prologue reads
+``thunder.core.compile_data._compile_data``           fast_call        the compile data a prologue runs under
+``thunder.executors.pythonex._check_*_impl`` (5)      fast_call        the prologue checks (run faster)
 ====================================================  ===============  =====================================
 
-Two reads of closures stay where they are, each pinned by a test: the symbols a dispatch wrapper of the
-torch function map closes over (``declarations``), and the executor a torch.compile fusion pass's ``merge_func``
-closes over (``inductor_guard.compiles_with_inductor``).
+Three reads of closures stay where they are, each pinned by a test: the symbols a dispatch wrapper of the
+torch function map closes over (``declarations``), the executor a torch.compile fusion pass's ``merge_func``
+closes over (``inductor_guard.compiles_with_inductor``), and the generated prologue inside the timer
+``thunder.jit`` wraps a cache entry's ``prologue_fn`` in (``fast_call.guard``, which falls back to the timer).
 
 :data:`STASHES` — attributes thunder_ext attaches (all named ``_thunder_effects_*`` except the runner's two
 methods, which shadow the class's on one runner):
@@ -82,7 +86,8 @@ __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS", "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "PROPERTY_TABLE",
            "LOOKASIDE_TABLE", "GRAD_TABLE", "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "ADDITIONAL_OUTPUTS",
            "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
-           "FLAT_PROXY_ARGS", "REGION_FIELDS", "INPUT_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT",
+           "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS",
+           "INPUT_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT",
            "RESOLVED", "FUSED", "RUNNER", "GUARDED_DICTS", "DICT_WRITES", "RUNNER_CALL", "RUNNER_BUILD"]
 
 _MISSING: Any = object()
@@ -188,11 +193,23 @@ REGION_FIELDS = tuple(
             "the linear-time Region stand-in sets them without running Thunder's constructor")
     for name in ("bound_symbols", "inputs", "outputs")
 )
+CACHE_INFO_CTX = Private("thunder", "_cache_info_ctx", Kind.MODULE, ("fast_call",),
+                         "the cache-info dictionary a prologue reads (thunder._get_cache_info); the hit path sets it")
+COMPILE_DATA_CTX = Private("thunder.core.compile_data", "_compile_data", Kind.MODULE, ("fast_call",),
+                           "the (compile data, stats) context a prologue runs under; set without the generator "
+                           "context manager")
+CHECK_IMPLS = tuple(
+    Private("thunder.executors.pythonex", name, Kind.MODULE, ("fast_call",),
+            "a prologue check's implementation: the hit path runs the prologue with the same decision, faster")
+    for name in ("_check_tensor_shape_and_metadata_impl", "_check_len_impl", "_check_literal_like_impl",
+                 "_check_number_type_and_value_impl", "_check_string_value_impl")
+)
 
 PRIVATE_NAMES: tuple[Private, ...] = (
     TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, PROPERTY_TABLE, LOOKASIDE_TABLE, GRAD_TABLE,
     LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, ADDITIONAL_OUTPUTS, SIGINFO, UPDATE_FUSION_CALL_CTX,
     BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS, *REGION_FIELDS,
+    CACHE_INFO_CTX, COMPILE_DATA_CTX, *CHECK_IMPLS,
 )
 """Every private Thunder name thunder_ext reads or writes (see the module docstring)."""
 

@@ -38,7 +38,7 @@ from effects import GLOBAL, DependentEffects, Effects, ResourceEffect, comm, mak
 import thunder.torch as ltorch
 from thunder.core.symbol import BoundSymbol, Symbol
 
-__all__ = ["COMM", "group_key", "communicates", "declarations", "is_async_collective"]
+__all__ = ["COMM", "group_key", "communicates", "declarations", "is_async_collective", "async_collective_ids"]
 
 COMM = "comm"
 """The resource kind of collectives (:func:`effects.comm`): ``comm[<group>]``."""
@@ -144,20 +144,35 @@ def declarations() -> dict[Symbol, Effects | DependentEffects]:
     return {**_prim_declarations(), **_ltorch_declarations()}
 
 
+_ASYNC_IDS: frozenset[object] | None = None
+
+
+def async_collective_ids() -> frozenset[object]:
+    """The symbol ids :func:`is_async_collective` may answer ``True`` for (every other symbol: ``False``)."""
+    global _ASYNC_IDS
+    if _ASYNC_IDS is None:
+        if not torch.distributed.is_available():
+            _ASYNC_IDS = frozenset()
+        else:
+            import thunder.distributed.prims as dist
+
+            _ASYNC_IDS = frozenset((dist.PrimIDs.WAIT, dist.PrimIDs.ALL_REDUCE, dist.PrimIDs.ALL_GATHER,
+                                    dist.PrimIDs.BROADCAST, dist.PrimIDs.REDUCE_SCATTER))
+    return _ASYNC_IDS
+
+
 def is_async_collective(bsym: BoundSymbol) -> bool:
     """Whether ``bsym`` is an asynchronous collective (``do_async=True``) or a wait: torch.compile cannot trace
     them (dynamo raises ``Unsupported: async_op=True for distributed collectives``, and a wait consumes the
-    ``(work, tensor)`` pair such a collective returns), so they stay out of torch.compile regions."""
-    if not torch.distributed.is_available():
+    ``(work, tensor)`` pair such a collective returns), so they stay out of torch.compile regions. (Asked once per
+    bound symbol and subsymbol by ``can_fuse``: one set test for everything else.)"""
+    sid = bsym.sym.id
+    if sid not in (_ASYNC_IDS if _ASYNC_IDS is not None else async_collective_ids()):
         return False
     import thunder.distributed.prims as dist
 
-    sid = bsym.sym.id
     if sid is dist.PrimIDs.WAIT:
         return True
-    if sid not in (dist.PrimIDs.ALL_REDUCE, dist.PrimIDs.ALL_GATHER, dist.PrimIDs.BROADCAST,
-                   dist.PrimIDs.REDUCE_SCATTER):
-        return False
     try:
         bound = inspect.signature(bsym.sym.meta).bind(*bsym.args, **bsym.kwargs)
     except TypeError:

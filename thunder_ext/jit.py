@@ -9,8 +9,13 @@ run-time aliasing of the arguments in its cache key (``f(x, y)`` and ``f(x, x.t(
 it to the pipeline, which records it as the program's input aliases instead of rewriting aliased arguments as
 reshapes.
 
+A cache hit runs :func:`thunder_ext.fast_call.hit_path`: Thunder's own generated prologues as the guards (shapes,
+dtypes, devices, ``requires_grad``, constants, the run-time aliasing of the arguments...), then the computation and
+epilogue, in one frame instead of Thunder's eight layers; anything else (no prologue passes, autocast, DDP/FSDP,
+a call while Thunder traces) takes Thunder's path, which compiles.
+
 The Thunder patches (:mod:`thunder_ext._patches`) are held only while a ``thunder_ext.jit`` function compiles
-(Thunder's cache missed; a cache hit runs exactly Thunder's call path plus two counter updates), or between
+(Thunder's cache missed; a cache hit touches none of them), or between
 :func:`install` and :func:`uninstall`, which make *every* ``thunder.jit`` use the pipeline. What
 ``add_transform`` makes of a ``thunder_ext.jit`` function (``thunder.distributed.ddp``/``fsdp`` re-jit it with
 the same compile options) is wrapped the same way (:data:`thunder_ext._patches.ADD_TRANSFORM_HOOK`); before, the
@@ -38,6 +43,7 @@ from thunder.core.module import ThunderModule
 from . import _patches, opaque_torch, state
 from ._thunder import FORWARD_FN
 from .certificate import CollectiveCertificate
+from .fast_call import hit_path
 from .reinplace import Reinplace
 from .verify import EffectVerification, verify_jitted
 
@@ -99,11 +105,12 @@ def _rewrap(jfn: Any) -> Any:
 
 
 def _hold_calls(jfn: Any, verify: bool) -> Any:
-    """``jfn`` with the patch holds its compilations take released after each call (:func:`_held`)."""
+    """``jfn`` with the patch holds its compilations take released after each call (:func:`_held`), cache hits
+    taking :func:`thunder_ext.fast_call.hit_path`."""
     if isinstance(jfn, ThunderModule):
-        FORWARD_FN.set(jfn, _held(FORWARD_FN.get(jfn), jfn, verify))
+        FORWARD_FN.set(jfn, hit_path(jfn, _held(FORWARD_FN.get(jfn), jfn, verify)))
         return jfn
-    return _held(jfn, jfn, verify)
+    return hit_path(jfn, _held(jfn, jfn, verify))
 
 
 def jit(

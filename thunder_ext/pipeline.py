@@ -9,12 +9,15 @@ decision is made on the trace adapted to a neutral program (:mod:`thunder_ext.ad
 * :func:`fuse_bound_symbols` replaces ``data_dependent_partition.fuse_bound_symbols`` for the torchcompile
   executors, nvFuser and the CUDA graph transform: :func:`effects.partition` groups fusible bound symbols with the
   compile option ``fusion_type`` as strategy, so effect edges (RAW, WAR, WAW, resource order, return) constrain
-  the grouping and the order, not only data edges. In a joint forward-backward trace, writes (the argument
-  write-backs functionalization leaves) stay outside regions (:func:`_joint_trace_writers`). For the CUDA graph
-  transform, ops that must not be captured (:attr:`effects.Effects.capturable` is false:
-  ``torch.Tag.cudagraph_unsafe``, unknown effects) are not fusible, so the graphed region is split there
-  (:func:`thunder_ext.cudagraph.uncapturable_reason`, recorded for :func:`thunder_ext.cudagraph.cuda_graph_report`).
-  Regions bound for ``torch.compile`` are split around its bugs
+  the grouping and the order, not only data edges. The consecutive strategy (Thunder's default) runs as
+  :func:`effects.consecutive_groups`, one sweep with the alias classes and no graph, unless regions go to
+  torch.compile (whose splits read the graph); the executor's ``can_fuse`` is asked once per bound symbol and
+  call (:data:`_can_fuse_memo`). In a joint forward-backward trace, writes (the argument write-backs
+  functionalization leaves) stay outside regions (:func:`_kept_out_of_regions`). For the CUDA graph transform, ops
+  that must not be captured (:attr:`effects.Effects.capturable` is false: ``torch.Tag.cudagraph_unsafe``, unknown
+  effects) are not fusible, so the graphed region is split there (:func:`thunder_ext.cudagraph.uncapturable_reason`,
+  recorded for :func:`thunder_ext.cudagraph.cuda_graph_report`). Regions bound for ``torch.compile`` are split
+  around its bugs
   (:mod:`thunder_ext.inductor_guard`) and before reads of low-precision storage they wrote
   (:mod:`thunder_ext.rounding`).
 * :func:`dce` replaces ``transform_common.dce``: a bound symbol stays if the effect graph keeps it
@@ -51,8 +54,9 @@ from typing import Any
 import torch
 
 import effects
-from effects import DependencyGraph, Instruction, gc_paused, live_instructions, partition
+from effects import DependencyGraph, Instruction, gc_paused, live_instructions, partition_members
 
+import thunder.core.utils as utils
 from thunder.core.compile_data import get_compile_option
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import Proxy, variableify
@@ -62,7 +66,7 @@ from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 import thunder.executors.torch_compile as torch_compile_module
 from thunder.executors.data_dependent_partition import Node
 
-from . import _thunder_fast, collectives, cudagraph, inductor_guard, rounding
+from . import _thunder_fast, collectives, cudagraph, inductor_guard, rounding, state
 from ._thunder import DCE_FIXPOINT
 from ._thunder_fast import DontDce, dedup_number_proxies, proxy_arg_names, proxy_outs, with_bound_symbols
 from .adapter import AdaptedTrace, adapt
@@ -70,8 +74,8 @@ from .keys import label_of
 from .resolve import bsym_effects, effects_lookup
 from .state import current_epilogue_writes, current_input_aliases
 
-__all__ = ["fuse_bound_symbols", "dce", "rematerialize", "find_cut", "unsafe_remat_pairs", "can_fuse", "sort_waits",
-           "fuse", "draws_random_numbers"]
+__all__ = ["fuse_bound_symbols", "conjunctive", "is_conjunctive", "dce", "rematerialize", "find_cut",
+           "unsafe_remat_pairs", "can_fuse", "sort_waits", "fuse", "draws_random_numbers"]
 
 
 def _adapt(trace: TraceCtx) -> tuple[AdaptedTrace, DependencyGraph]:
@@ -99,67 +103,158 @@ _kept_out: contextvars.ContextVar[_KeptOut] = contextvars.ContextVar(
     "thunder_effects_kept_out", default=_KeptOut(frozenset(), ()))  # noqa: B039 - _KeptOut is frozen
 
 
-def _joint_trace_writers(adapted: AdaptedTrace, graph: DependencyGraph) -> tuple[BoundSymbol, ...]:
-    """The bound symbols that write, when ``adapted`` is a joint forward-backward trace (Thunder fuses before it
-    splits one; the split keeps in the forward what the forward's outputs need and bare ``copy_`` into forward
-    values, so a fusion holding a write-back that nothing reads afterwards would move to the backward, and never
-    run without one). Empty for any other trace."""
-    ret = adapted.return_bsym
-    returned = ret.args[0] if ret is not None and ret.args else None
-    if not (isinstance(returned, dict) and "fw_flat_out" in returned):
-        return ()
-    return tuple(b for i, b in enumerate(adapted.bsyms) if graph.written_storage(i) != frozenset())
+def _kept_out_of_regions(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]) -> frozenset[int]:
+    """Ids of the bound symbols no region may take (each decided from its own effects, no graph):
 
-
-def _uncapturable(adapted: AdaptedTrace, graph: DependencyGraph, merge_func: Callable[[Any, Any], bool],
-                  fusible: Callable[[Instruction], bool]) -> frozenset[int]:
-    """For a CUDA graph transform's pass: ids of the fusible instructions that must not be captured (recorded with
-    the reason on the transform's runner, for :func:`thunder_ext.cudagraph.cuda_graph_report`); else empty."""
+    * in a joint forward-backward trace, every one that writes (Thunder fuses before it splits one; the split keeps
+      in the forward what the forward's outputs need and bare ``copy_`` into forward values, so a fusion holding a
+      write-back that nothing reads afterwards would move to the backward, and never run without one); they stay
+      out of single-member fusions too (:data:`_kept_out`, read by :func:`can_fuse`);
+    * in a CUDA graph transform's pass, every one that must not be captured (the reason recorded on the
+      transform's runner, for :func:`thunder_ext.cudagraph.cuda_graph_report`)."""
+    bsyms = trace.bound_symbols
+    returned = bsyms[-1].args[0] if bsyms and bsyms[-1].sym.id is PrimIDs.RETURN and bsyms[-1].args else None
+    writers: tuple[BoundSymbol, ...] = ()
+    if isinstance(returned, dict) and "fw_flat_out" in returned:
+        writers = tuple(b for b in bsyms if (e := bsym_effects(b)).opaque or e.written)
+    _kept_out.set(_KeptOut(frozenset(map(id, writers)), writers))
+    kept = set(map(id, writers))
     transform = cudagraph.transform_of(merge_func)
-    if transform is None:
-        return frozenset()
-    found = {}
-    for i, (inst, bsym) in enumerate(zip(adapted.program.instructions, adapted.bsyms, strict=True)):
-        reason = cudagraph.uncapturable_reason(bsym, graph.effects(i))
-        if reason is not None and fusible(inst):
-            found[id(inst)] = (label_of(bsym.sym), reason)
-    cudagraph.record_split(transform, list(found.values()))
-    return frozenset(found)
+    if transform is not None:
+        found = []
+        for b in bsyms:
+            reason = cudagraph.uncapturable_reason(b, bsym_effects(b))
+            node = _node(b)
+            if reason is not None and id(b) not in kept and merge_func(node, node):
+                kept.add(id(b))
+                found.append((label_of(b.sym), reason))
+        cudagraph.record_split(transform, found)
+    return frozenset(kept)
+
+
+def conjunctive(merge_func: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
+    """Mark ``merge_func`` as a conjunction of a per-node predicate: ``merge(a, b) == merge(a, a) and merge(b, b)``
+    for single-symbol nodes (Thunder's torchcompile and CUDA graph predicates are recognised without the mark).
+    :func:`fuse_bound_symbols` then asks it once per bound symbol and no pair along the edges inside a region: the
+    pair answer is implied."""
+    merge_func.merge_is_conjunction = True  # type: ignore[attr-defined]
+    return merge_func
+
+
+def _thunder_conjunctions() -> frozenset[Any]:
+    """The code of the ``_should_fuse`` predicates of ``TorchCompileExecutor.fusion_pass`` and
+    ``CUDAGraphTransform.generate_fused_trace``: ``return _can_fuse_node(a) and _can_fuse_node(b)`` (pinned by
+    ``tests/thunder_ext/test_fast_paths.py``)."""
+    from thunder.executors.torch_compile import TorchCompileExecutor
+    from thunder.transforms.cudagraph import CUDAGraphTransform
+
+    def nested(code: Any) -> Any:
+        for const in code.co_consts:
+            if hasattr(const, "co_code"):
+                yield const
+                yield from nested(const)
+
+    return frozenset(c for f in (TorchCompileExecutor.fusion_pass, CUDAGraphTransform.generate_fused_trace)
+                     for c in nested(f.__code__) if c.co_name == "_should_fuse")
+
+
+THUNDER_CONJUNCTIONS = _thunder_conjunctions()
+
+
+def is_conjunctive(merge_func: Callable[[Any, Any], bool]) -> bool:
+    """Whether ``merge_func`` is marked :func:`conjunctive` or is one of Thunder's conjunctive predicates."""
+    return (getattr(merge_func, "merge_is_conjunction", False) is True
+            or getattr(merge_func, "__code__", None) in THUNDER_CONJUNCTIONS)
+
+
+_NO_NEIGHBOURS = utils.OrderedSet()
+"""The parents and children of every single-symbol :class:`Node` handed to a merge predicate (shared: a predicate
+reads a node, never grows it; building two ordered sets per bound symbol cost more than Thunder's whole
+consecutive partition)."""
+
+
+def _node(bsym: BoundSymbol, backward: Any = BoundSymbolTag.BACKWARD) -> Node:
+    """``Node(0, [bsym], [0], 0, 0, BACKWARD in bsym.tags)`` as Thunder's partitioner makes it for a predicate, the
+    empty parent and child sets shared."""
+    node = Node.__new__(Node)
+    node.ID = node.start = node.stop = 0
+    node.group_bsyms = [bsym]
+    node.group_indices = [0]
+    node.parents = node.children = _NO_NEIGHBOURS
+    node.is_backward = backward in bsym.tags
+    return node
 
 
 def _fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]) -> list[list[BoundSymbol]]:
-    adapted, graph = _adapt(trace)
-    nodes = {id(inst): Node(0, [b], [0], 0, 0, BoundSymbolTag.BACKWARD in b.tags)
-             for inst, b in zip(adapted.program.instructions, adapted.bsyms, strict=True)}
-
-    writers = _joint_trace_writers(adapted, graph)
-    _kept_out.set(_KeptOut(frozenset(map(id, writers)), writers))
-
-    def fusible(inst: Instruction) -> bool:
-        node = nodes[id(inst)]
-        return node.group_bsyms[0] not in writers and bool(merge_func(node, node))
-
-    uncapturable = _uncapturable(adapted, graph, merge_func, fusible)
-    if uncapturable:
-        fusible_otherwise = fusible
-
-        def fusible(inst: Instruction) -> bool:
-            return id(inst) not in uncapturable and fusible_otherwise(inst)
-
-    def can_fuse(a: Instruction, b: Instruction) -> bool:
-        return bool(merge_func(nodes[id(a)], nodes[id(b)]))
-
     strategy = get_compile_option("fusion_type", "Choose the type of fusion to use") or "consecutive"
-    parts = partition(graph, fusible, strategy=strategy, can_fuse=can_fuse)  # type: ignore[arg-type]  # checked there
-    members: list[tuple[int, ...]] = [region.members for region in parts.regions]
-    if inductor_guard.compiles_with_inductor(merge_func):
-        members = inductor_guard.split_regions(adapted, graph, members)
-        members = rounding.split_rounded_reads(adapted, graph, members)
+    inductor = inductor_guard.compiles_with_inductor(merge_func)
+    conjunction = is_conjunctive(merge_func)
+    token = _can_fuse_memo.set({})  # one answer per (executor, bound symbol) while this partition runs
+    try:
+        kept_out = _kept_out_of_regions(trace, merge_func)
+        if strategy == "consecutive" and conjunction and not inductor:
+            # no pair to ask: the regions are the fusible runs
+            return _runs(trace.bound_symbols, merge_func, kept_out)
+        adapted = adapt(trace, input_aliases=current_input_aliases())
+        program = adapted.program
+        nodes = [_node(b) for b in adapted.bsyms]
+        fusible = [id(b) not in kept_out and bool(merge_func(node, node)) for b, node in zip(adapted.bsyms, nodes,
+                                                                                              strict=True)]
+        index = {id(inst): k for k, inst in enumerate(program.instructions)}
+
+        def can_fuse(a: Instruction, b: Instruction) -> bool:
+            return bool(merge_func(nodes[index[id(a)]], nodes[index[id(b)]]))
+
+        pairs = None if conjunction else can_fuse
+        if strategy == "consecutive" and not inductor:
+            # one sweep over the program with its alias classes: no dependency graph, no region composition
+            members = effects.consecutive_groups(
+                program, fusible, can_fuse=pairs,
+                effects=[inst.effects or effects.OPAQUE for inst in program.instructions])
+        else:
+            graph = DependencyGraph.build(program)
+            members = partition_members(graph, fusible, strategy=strategy,  # type: ignore[arg-type]  # checked there
+                                        can_fuse=pairs)
+            if inductor:
+                members = inductor_guard.split_regions(adapted, graph, members)
+                members = rounding.split_rounded_reads(adapted, graph, members)
+    finally:
+        _can_fuse_memo.reset(token)
     groups = [[b] for b in adapted.prefix]
     groups += [[adapted.bsyms[m] for m in region] for region in members]
     if adapted.return_bsym is not None:
         groups.append([adapted.return_bsym])
     return groups
+
+
+def _runs(bsyms: Sequence[BoundSymbol], merge_func: Callable[[Any, Any], bool],
+          kept_out: frozenset[int]) -> list[list[BoundSymbol]]:
+    """The groups the adapted path makes for a conjunctive predicate and the consecutive strategy: the argument
+    unpacking first, then maximal runs of fusible bound symbols (every other one, and those in ``kept_out``,
+    alone), the return last."""
+    prefix: list[list[BoundSymbol]] = []
+    groups: list[list[BoundSymbol]] = []
+    ret: list[list[BoundSymbol]] = []
+    run: list[BoundSymbol] = []
+    unpack, return_ = PrimIDs.UNPACK_TRIVIAL, PrimIDs.RETURN
+    for b in bsyms:
+        sid = b.sym.id
+        if sid is unpack:
+            prefix.append([b])
+        elif sid is return_:
+            ret = [[b]]
+        else:
+            node = _node(b)
+            if id(b) not in kept_out and merge_func(node, node):
+                run.append(b)
+                continue
+            if run:
+                groups.append(run)
+                run = []
+            groups.append([b])
+    if run:
+        groups.append(run)
+    return prefix + groups + ret
 
 
 # --- dead code elimination ------------------------------------------------------------------------------------
@@ -350,6 +445,11 @@ def sort_waits(original: Callable[[TraceCtx], TraceCtx], execution_trace: TraceC
 
 
 # --- torch.compile fusibility -----------------------------------------------------------------------------------
+_backward_impls: dict[Any, Any] | None = None
+_refused: tuple[int, frozenset[Any]] = (-1, frozenset())
+"""(``len(backward_impls)`` when built, the symbol ids :func:`can_fuse` refuses or looks at closer)."""
+
+
 def _torch_autograd_fallbacks() -> frozenset[Any]:
     """Ids of the backward symbols of the torch ops Thunder auto-registers (``detach_vjp``, ``narrow_vjp``, ...):
     they differentiate by calling ``torch.autograd`` at run time."""
@@ -359,15 +459,92 @@ def _torch_autograd_fallbacks() -> frozenset[Any]:
     return frozenset(v.id for v in backward_impls.values() if isinstance(v, Symbol) and v.name.endswith("_vjp"))
 
 
+def _refused_ids() -> frozenset[Any]:
+    """:func:`_torch_autograd_fallbacks` and the ids of the collectives that may be asynchronous, rebuilt only when
+    ``backward_impls`` grew (Thunder adds an entry per op it auto-registers, at trace time, and never removes one):
+    ``can_fuse`` asks once per bound symbol and subsymbol, and walking the ~550 entries each time cost
+    milliseconds per symbol."""
+    global _refused, _backward_impls
+    if _backward_impls is None:
+        from thunder.core.transforms import backward_impls  # not at import: thunder.core.transforms imports late
+
+        _backward_impls = backward_impls
+    size, ids = _refused
+    if size != len(_backward_impls):
+        ids = _torch_autograd_fallbacks() | collectives.async_collective_ids()
+        _refused = (len(_backward_impls), ids)
+    return ids
+
+
+_can_fuse_memo: contextvars.ContextVar[dict[int, dict[int, bool]] | None] = contextvars.ContextVar(
+    "thunder_effects_can_fuse_memo", default=None
+)
+"""While :func:`fuse_bound_symbols` runs (so only while the pipeline is active): the executor's answer per bound
+symbol, by ``id(executor)`` then ``id(bsym)`` (both alive for the whole call, so the ids are stable). The merge
+predicate asks ``can_fuse`` about each bound symbol twice (both nodes of ``merge(node, node)``) and again for every
+pair the partitioner checks, and Thunder's ``can_fuse`` walks the subsymbols each time."""
+
+
 def can_fuse(original: Callable[..., bool], self: Any, bsym: BoundSymbol) -> bool:
     """Stand-in for ``TorchCompileExecutor.can_fuse``: never hands torch.compile the backward of an auto-registered
     torch op — it runs ``torch.autograd`` on a Python pytree that dynamo cannot trace (optree's ``DictMetaData``),
-    so every training step using such an op (``detach``, ``narrow``, ``clamp_min``...) failed to compile —, nor an
+    so every training step using such an op (``detach``, ``narrow``, ``clamp_min``...) failed to compile — nor an
     asynchronous collective or a wait (:func:`collectives.is_async_collective`: FSDP's all-gathers failed so), nor
-    a write of a joint forward-backward trace that the partition kept out of regions (:func:`_joint_trace_writers`;
-    a group of one is fused when the executor can fuse its member)."""
-    return (bsym.sym.id not in _torch_autograd_fallbacks() and not collectives.is_async_collective(bsym)
-            and id(bsym) not in _kept_out.get().ids and bool(original(self, bsym)))
+    a write of a joint forward-backward trace that the partition kept out of regions (:func:`_kept_out_of_regions`;
+    a group of one is fused when the executor can fuse its member). Asked once per bound symbol and subsymbol
+    (Thunder's ``can_fuse`` recurses through it): one set test before Thunder's answer for every other symbol,
+    the answer memoized while :func:`fuse_bound_symbols` runs (:data:`_can_fuse_memo`; the patch is
+    :func:`_can_fuse_replacement`, one frame per memoized call)."""
+    memo = _can_fuse_memo.get()
+    if memo is None:
+        return _can_fuse(original, self, bsym)
+    table = memo.get(id(self))
+    if table is None:
+        table = memo[id(self)] = {}
+    found = table.get(id(bsym))
+    if found is None:
+        found = table[id(bsym)] = _can_fuse(original, self, bsym)
+    return found
+
+
+def _can_fuse_replacement(original: Callable[..., bool]) -> Callable[..., bool]:
+    """What replaces ``TorchCompileExecutor.can_fuse`` (see :func:`thunder_ext._patches.guarded`): the memo first
+    (set only inside :func:`fuse_bound_symbols`, which runs only while the pipeline is active), then the guard."""
+    memo_var, active = _can_fuse_memo, state.active
+
+    def replacement(self: Any, bsym: BoundSymbol) -> bool:
+        memo = memo_var.get()
+        if memo is not None:
+            table = memo.get(id(self))
+            if table is None:
+                table = memo[id(self)] = {}
+            key = id(bsym)
+            found = table.get(key)
+            if found is None:
+                size, refused = _refused
+                if bsym.sym.id in refused or size != len(_backward_impls or ()):
+                    found = table[key] = _can_fuse(original, self, bsym)
+                else:
+                    found = table[key] = bool(original(self, bsym))
+            return found
+        if active():
+            return _can_fuse(original, self, bsym)
+        return original(self, bsym)
+
+    return replacement
+
+
+can_fuse.replacement = _can_fuse_replacement  # type: ignore[attr-defined]
+
+
+def _can_fuse(original: Callable[..., bool], self: Any, bsym: BoundSymbol) -> bool:
+    sid = bsym.sym.id
+    size, refused = _refused
+    if size != len(_backward_impls or ()):
+        refused = _refused_ids()
+    if sid in refused and (sid in _torch_autograd_fallbacks() or collectives.is_async_collective(bsym)):
+        return False
+    return id(bsym) not in _kept_out.get().ids and bool(original(self, bsym))
 
 
 # --- torch.compile regions that draw random numbers -------------------------------------------------------------

@@ -53,9 +53,10 @@ def active() -> bool:
     """Whether the pipeline applies to the compilation in progress."""
     if _global:
         return True
-    if get_compile_data() is None:
-        return False
-    return bool(get_compile_option(OPTION, "Use the thunder-effects pipeline (partition, DCE, remat)."))
+    cd = get_compile_data()
+    # not get_compile_option, which appends a "compile reason" per call: every patched call (each can_fuse of
+    # each bound symbol) asks, and the list grew by thousands of entries per compilation
+    return cd is not None and bool(cd.compile_options.get(OPTION))
 
 
 def input_aliases_of(cd: Any) -> tuple[frozenset[str], ...]:

@@ -21,6 +21,7 @@ from effects import (
     Registry,
     apply_partition,
     check_partition,
+    consecutive_groups,
     partition,
     region_effects,
     verify,
@@ -158,3 +159,47 @@ def test_partitions_never_create_cycles_and_nest(program, strategy, fuse_everyth
     # the fused program is itself partitionable with its composed effects, and still verifies
     again = apply_partition(fused, partition(DependencyGraph.build(fused, reg), lambda inst: True, strategy=strategy))
     verify(program, again, reg)
+
+
+@given(programs(max_size=16), st.data())
+def test_consecutive_groups_match_the_graph_partition(program, data):
+    """The graph-free sweep makes the regions of ``partition(..., "consecutive")`` and asks ``can_fuse`` about the
+    same (producer, consumer) pairs in the same order: every edge kind inside a run, none across runs."""
+    reg = declare_ops(Registry())
+    graph = DependencyGraph.build(program, reg)
+    n = graph.n
+    fus = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    refused = data.draw(st.sets(st.tuples(st.integers(0, max(n - 1, 0)), st.integers(0, max(n - 1, 0)))))
+    index = {id(inst): k for k, inst in enumerate(program.instructions)}
+
+    def asking(log):
+        def can_fuse(producer, consumer):
+            pair = (index[id(producer)], index[id(consumer)])
+            log.append(pair)
+            return pair not in refused
+        return can_fuse
+
+    via_graph, via_sweep = [], []
+    expected = partition(graph, lambda inst: fus[index[id(inst)]], strategy="consecutive", can_fuse=asking(via_graph))
+    got = consecutive_groups(program, fus, can_fuse=asking(via_sweep), registry=reg)
+    assert got == members(expected)
+    assert via_sweep == via_graph
+    # every pair asked is a dependency edge inside the run
+    edges = {(e.src, e.dst) for e in graph.edges}
+    assert set(via_sweep) <= edges
+    assert consecutive_groups(program, fus, registry=reg) == members(
+        partition(graph, lambda inst: fus[index[id(inst)]], strategy="consecutive"))
+
+
+def test_consecutive_groups_ask_about_effect_edges(reg):
+    # x is written by add_ and read back by add through an alias (a view made earlier): a RAW edge, no data edge
+    program = Program((I("view", "x", out="v"), I("add_", "x", 1, out="x1"), I("add", "v", 1, out="b")),
+                      ("x",), ("b",))
+    asked = []
+
+    def record(producer, consumer):
+        asked.append((producer.op, consumer.op))
+        return not (producer.op == "add_" and consumer.op == "add")
+
+    assert consecutive_groups(program, fusible, can_fuse=record, registry=reg) == [(0, 1), (2,)]
+    assert ("add_", "add") in asked

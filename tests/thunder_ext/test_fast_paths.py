@@ -142,3 +142,44 @@ def test_region_order_matches_order_proxies(effect_compile):
         wanted = set(rng.sample(names, rng.randint(1, 6)))
         got = _thunder_fast.first_appearance(bsyms, wanted)
         assert sorted(got, key=got.__getitem__) == sorted(wanted, key=full.__getitem__)
+
+
+def test_thunder_conjunctive_predicates_are_recognised():
+    """The merge predicates whose pair answers :func:`pipeline.fuse_bound_symbols` skips: Thunder's torchcompile
+    and CUDA graph ``_should_fuse``, each ``return _can_fuse_node(a) and _can_fuse_node(b)``."""
+    import inspect
+
+    from thunder.transforms.cudagraph import CUDAGraphTransform
+
+    assert len(pipeline.THUNDER_CONJUNCTIONS) == 2
+    for fn in (torch_compile.TorchCompileExecutor.fusion_pass, CUDAGraphTransform.generate_fused_trace):
+        assert "return _can_fuse_node(a) and _can_fuse_node(b)" in inspect.getsource(fn)
+    assert all(c.co_varnames[:3] == ("a", "b", "_can_fuse_node") for c in pipeline.THUNDER_CONJUNCTIONS)
+    assert not pipeline.is_conjunctive(lambda a, b: True)
+    assert pipeline.is_conjunctive(pipeline.conjunctive(lambda a, b: True))
+
+
+@pytest.mark.parametrize("strategy", ["consecutive", "dataflow"])
+def test_conjunctive_and_pairwise_predicates_give_the_same_groups(effect_compile, strategy):
+    """The fast paths (fusible runs without the adapter; a conjunctive predicate asked no pairs; the memoized
+    ``can_fuse``) group exactly as asking the unmarked predicate along every edge does."""
+    asked = []
+
+    def merge(a, b):
+        asked.append((a, b))
+        return all(len(n.group_bsyms) > 1 or torch_compile_ex.can_fuse(n.group_bsyms[0]) for n in (a, b))
+
+    def pairwise(a, b):
+        return merge(a, b)
+
+    cd = CompileData(fn=chain, executors_list=EXECUTORS, disable_preprocessing=True,
+                     compile_options={"fusion_type": strategy})
+    with compile_data_and_stats(cd, CompileStats()):
+        slow = pipeline.fuse_bound_symbols(None, effect_compile, pairwise)
+        pairs = len(asked)
+        asked.clear()
+        fast = pipeline.fuse_bound_symbols(None, effect_compile, pipeline.conjunctive(merge))
+    assert [[id(b) for b in g] for g in fast] == [[id(b) for b in g] for g in slow]
+    assert len(asked) < pairs
+    assert all(a is b for a, b in asked)  # a conjunctive predicate is asked about single nodes only
+    assert pipeline._can_fuse_memo.get() is None

@@ -39,6 +39,13 @@ EXPECTED_PRIVATE_NAMES = (
     "thunder.executors.utils.Region.bound_symbols",
     "thunder.executors.utils.Region.inputs",
     "thunder.executors.utils.Region.outputs",
+    "thunder._cache_info_ctx",
+    "thunder.core.compile_data._compile_data",
+    "thunder.executors.pythonex._check_tensor_shape_and_metadata_impl",
+    "thunder.executors.pythonex._check_len_impl",
+    "thunder.executors.pythonex._check_literal_like_impl",
+    "thunder.executors.pythonex._check_number_type_and_value_impl",
+    "thunder.executors.pythonex._check_string_value_impl",
 )
 """lightning-thunder 0.2.6. A new private read belongs in the table and here, with a reason."""
 
@@ -56,8 +63,11 @@ EXPECTED_STASHES = (
     "thunder.transforms.cudagraph.CUDAGraphRunner.build_cuda_graph",
 )
 
-TORCH_PRIVATE = frozenset({"_C", "_ops", "_schema", "_qualified_op_name", "_jit_resolve_packet"})
-"""torch's operator API as ``torch.library`` itself uses it (schemas of overloads, overload resolution)."""
+TORCH_PRIVATE = frozenset({"_C", "_ops", "_schema", "_qualified_op_name", "_jit_resolve_packet",
+                           "_len_torch_function_stack", "_GLOBAL_DEVICE_CONTEXT"})
+"""torch's operator API as ``torch.library`` itself uses it (schemas of overloads, overload resolution), and what
+``torch.get_default_device`` reads (the function-mode stack depth, the global device context:
+``fast_call.default_device``)."""
 
 PACKAGE = Path(thunder_ext.__file__).resolve().parent
 
