@@ -48,6 +48,9 @@ __all__ = ["SET_ITEM", "CHECK_KEYS", "DictKeysChanged", "lookasides", "write_bac
 
 _UNPACKABLE = frozenset({PseudoInst.LOAD_ATTR, PseudoInst.BINARY_SUBSCR})
 _INPUTS = frozenset({PseudoInst.INPUT_ARGS, PseudoInst.INPUT_KWARGS, PseudoInst.INPUT_FN})
+_CALL_CONTAINERS = frozenset({PseudoInst.INPUT_ARGS, PseudoInst.INPUT_KWARGS})
+"""The call's own ``*args``/``**kwargs`` containers: made fresh for each call (writes to them reach no caller) and
+keyed by Thunder's own cache (its prologue cannot unpack them as guarded values)."""
 
 
 def reachable(record: ProvenanceRecord) -> bool:
@@ -118,7 +121,8 @@ def _through_module(record: ProvenanceRecord) -> bool:
 
 def _guard(d: WrappedValue) -> None:
     """Pin the key set of ``d`` (as the arguments gave it) in the prologue, once per dict."""
-    if not isinstance(d, WrappedValue) or not reachable(d.provenance) or _through_module(d.provenance):
+    if (not isinstance(d, WrappedValue) or not reachable(d.provenance) or _through_module(d.provenance)
+            or d.provenance.inst in _CALL_CONTAINERS):
         return
     ctx = get_jit_ctx()
     guarded = _guarded_dicts(ctx)
@@ -196,7 +200,7 @@ def _keys(d: WrappedValue) -> Any:
 def _setitem(original: Callable[..., Any]) -> Callable[..., Any]:
     def setitem(d: WrappedValue, key: WrappedValue, value: WrappedValue) -> Any:
         if (isinstance(d, WrappedValue) and reachable(d.provenance) and _tensor_key(key) is None
-                and not _through_module(d.provenance)):  # module state is Thunder's and module_state's
+                and not _through_module(d.provenance) and d.provenance.inst not in _CALL_CONTAINERS):  # module state is Thunder's and module_state's
             ctx = get_jit_ctx()
             if d.original_value is d.nothing:
                 ctx.proxify(d)  # the interpreter's copy takes the write; the real dict is written by the epilogue
