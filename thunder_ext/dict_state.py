@@ -199,8 +199,9 @@ def _keys(d: WrappedValue) -> Any:
 
 def _setitem(original: Callable[..., Any]) -> Callable[..., Any]:
     def setitem(d: WrappedValue, key: WrappedValue, value: WrappedValue) -> Any:
+        # module state is Thunder's and module_state's; the call's own containers reach no caller
         if (isinstance(d, WrappedValue) and reachable(d.provenance) and _tensor_key(key) is None
-                and not _through_module(d.provenance) and d.provenance.inst not in _CALL_CONTAINERS):  # module state is Thunder's and module_state's
+                and not _through_module(d.provenance) and d.provenance.inst not in _CALL_CONTAINERS):
             ctx = get_jit_ctx()
             if d.original_value is d.nothing:
                 ctx.proxify(d)  # the interpreter's copy takes the write; the real dict is written by the epilogue
