@@ -187,6 +187,7 @@ def partitions_of(program: Program, registry: Registry):  # type: ignore[no-unty
     return partition(DependencyGraph.build(program, registry), lambda inst: True, strategy="dataflow")
 
 
+@pytest.mark.slow  # shrinking takes seconds
 def test_check_pass_shrinks_and_reports_an_unsound_pass() -> None:
     def reverse(program: Program) -> Program:
         return program.with_instructions(program.instructions[::-1])
