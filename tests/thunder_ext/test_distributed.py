@@ -28,6 +28,10 @@ if not dist.is_available() or not dist.is_gloo_available():
 import dist_programs  # noqa: E402
 from gloo_ranks import GlooRanks  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("gloo_ranks")
+"""Under the README's ``-n auto`` (with ``--dist loadgroup`` from pyproject) this module runs on one worker, so its
+module-scoped pool of rank processes starts once."""
+
 
 @pytest.fixture(scope="module")
 def ranks():
