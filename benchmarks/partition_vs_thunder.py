@@ -118,14 +118,26 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return result, _clock() - start
 
 
-def _median(fn: Callable[[], Any], repeats: int) -> tuple[Any, float]:
+def _samples(fn: Callable[[], Any], repeats: int) -> tuple[Any, list[float]]:
+    """The last result and the times of ``repeats`` runs (one run when the first takes over 5 s)."""
     result, first = _timed(fn)
     samples = [first]
     if first < 5.0:
         for _ in range(repeats - 1):
             result, t = _timed(fn)
             samples.append(t)
+    return result, samples
+
+
+def _median(fn: Callable[[], Any], repeats: int) -> tuple[Any, float]:
+    result, samples = _samples(fn, repeats)
     return result, statistics.median(samples)
+
+
+def _partitioner(key: str, fn: Callable[[], Any], repeats: int) -> dict[str, Any]:
+    """``{key: median, key_samples: every run}`` for a partitioner column (the report shows the spread)."""
+    _, samples = _samples(fn, repeats)
+    return {key: statistics.median(samples), f"{key}_samples": samples}
 
 
 def _fusion_stats(trace: Any) -> dict[str, int]:
@@ -137,12 +149,15 @@ def _fusion_stats(trace: Any) -> dict[str, int]:
 def _stock_child(conn: Connection, trace: Any, repeats: int, partitioners: bool, pipeline: bool) -> None:
     if partitioners:  # first: they are fast, and measured even where the cap kills the whole pipeline below
         plain = _transform_for_operator_executor_execution(trace, EXECUTORS)
+        measured: dict[str, Any] = {}
         for strategy in ("consecutive", "dataflow"):
             with compile_context(strategy):
-                _, t = _median(lambda: data_dependent_partition.fuse_bound_symbols(plain, _merge), repeats)
-            conn.send((f"partition_{strategy}_s", t))
-        _, t = _median(lambda: data_dependent_partition.consecutive_fusion(plain, _merge_pairwise), repeats)
-        conn.send(("partition_consecutive_pairwise_s", t))
+                measured |= _partitioner(f"partition_{strategy}_s",
+                                         lambda: data_dependent_partition.fuse_bound_symbols(plain, _merge), repeats)
+        measured |= _partitioner("partition_consecutive_pairwise_s",
+                                 lambda: data_dependent_partition.consecutive_fusion(plain, _merge_pairwise), repeats)
+        for item in measured.items():
+            conn.send(item)
     if not pipeline:
         conn.send(("done", True))
         return
@@ -243,11 +258,11 @@ def run_ext(trace: Any, repeats: int, partitioners: bool, pipeline: bool = True)
         if partitioners:
             for strategy in ("consecutive", "dataflow"):
                 with compile_context(strategy):
-                    _, out[f"partition_{strategy}_s"] = _median(
-                        lambda: data_dependent_partition.fuse_bound_symbols(ex, _merge), repeats)
+                    out |= _partitioner(f"partition_{strategy}_s",
+                                        lambda: data_dependent_partition.fuse_bound_symbols(ex, _merge), repeats)
             with compile_context("consecutive"):
-                _, out["partition_consecutive_pairwise_s"] = _median(
-                    lambda: data_dependent_partition.fuse_bound_symbols(ex, _merge_pairwise), repeats)
+                out |= _partitioner("partition_consecutive_pairwise_s",
+                                    lambda: data_dependent_partition.fuse_bound_symbols(ex, _merge_pairwise), repeats)
     finally:
         thunder_ext.uninstall()
     return out
@@ -294,7 +309,11 @@ def report(rows: list[dict[str, Any]], cap: float, cap_at: dict[int, float] | No
         s, e, n = r["stock"], r["ext"], r["bound_symbols"]
 
         def per(d: dict[str, Any], key: str, n: int = n) -> str:
-            return f"{d[key] / n * 1e6:.1f}" if key in d else "not run"
+            if key not in d:
+                return "not run"
+            samples = d.get(f"{key}_samples")
+            spread = f" ({min(samples) / n * 1e6:.1f}–{max(samples) / n * 1e6:.1f})" if samples else ""
+            return f"{d[key] / n * 1e6:.1f}{spread}"
 
         def ratio(key: str, s: dict[str, Any] = s, e: dict[str, Any] = e) -> str:
             return f"{e[key] / s[key]:.2f}x" if key in s and key in e else "—"
@@ -312,14 +331,17 @@ def report(rows: list[dict[str, Any]], cap: float, cap_at: dict[int, float] | No
         separately = (f" The rows for {sizes} bound symbols were measured in a later run than the table above "
                       f"(`--partitioners-only --merge`, {p['date']}, commit {p['commit']}; {p['clock']} seconds, "
                       f"median of {p['repeats']}), stock and thunder_ext in that one run; the whole-pipeline table "
-                      "keeps its own run's numbers.")
+                      "keeps its own run's numbers. The machine was shared with other jobs (load average "
+                      f"{p['load_average'][0]:.1f} at the start and {p['load_average'][1]:.1f} at the end, "
+                      f"{p['environment']['cpu_count']} cores).")
     return (f"Times are {clock} seconds ({what}). Stock stages run in a child process capped at {cap:.0f} {clock} s "
             "per size"
             + (f" (raised for {caps})" if caps else "") + "; sizes after a killed stage are not run.\n\n"
             + (markdown_table(headers, body) if body else "(whole pipeline not measured in this run)")
             + "\n\nPartitioner alone (operator-transformed trace, no update_aliases; *pairwise predicate*: the same "
             "predicate unmarked, so thunder_ext asks it along every dependency edge inside a region, the "
-            "alias-class sweep; stock Thunder's consecutive partitioner never asks pairs)." + separately + "\n\n"
+            "alias-class sweep; stock Thunder's consecutive partitioner never asks pairs). Median, with the "
+            "fastest and slowest run in parentheses where the runs were recorded." + separately + "\n\n"
             + markdown_table(part_headers, part))
 
 
@@ -357,7 +379,7 @@ def merge_partitioners(record: dict[str, Any], rows: list[dict[str, Any]],
             record["rows"].append(row)
             continue
         for side in ("stock", "ext"):
-            for key in PARTITIONER_KEYS:
+            for key in (k for column in PARTITIONER_KEYS for k in (column, f"{column}_samples")):
                 old[side].pop(key, None)
                 if key in row[side]:
                     old[side][key] = row[side][key]
@@ -434,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     _clock = CLOCKS[args.clock]
     cap_at = {int(k): float(v) for k, v in (item.split("=") for item in args.cap_at)}
     rows: list[dict[str, Any]] = []
+    load_at_start = os.getloadavg()[0]
     stock_stopped = False
     for n in sorted(args.sizes):
         trace, t_trace = _timed(lambda n=n: build_trace(n))
@@ -464,7 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         partitioners_run = {"date": time.strftime("%Y-%m-%d"), "commit": _commit(), "clock": args.clock,
                             "repeats": args.repeats, "sizes": [r["bound_symbols"] for r in rows],
-                            "environment": record["environment"]}
+                            "environment": record["environment"],
+                            "load_average": (load_at_start, os.getloadavg()[0])}
         record = merge_partitioners(json.loads((RESULTS_DIR / f"{args.name}.json").read_text()), rows,
                                     partitioners_run)
     # the caps of the run that measured the whole pipeline (the earlier one, when merging)
