@@ -22,7 +22,8 @@ cache                                    key
 =======================================  =======================================================================
 :class:`_Resolved` on the bound symbol   the bound symbol, while its symbol, arguments, output and subsymbols are
 (:data:`thunder_ext._thunder.RESOLVED`)  the same objects (Thunder replaces those fields rather than mutating
-                                         them; DCE reassigns ``subsymbols``)
+                                         them; DCE reassigns ``subsymbols``); it also keeps the adapter's
+                                         instruction (``_Resolved.adapted``, :mod:`thunder_ext.adapter`)
 declared effects per symbol key          the implementation or symbol key; a constant-dependent declaration
                                          (:class:`effects.DependentEffects`: ``skip_clone``, the process group)
                                          answers per bound symbol, cached on its constants' values
