@@ -30,7 +30,7 @@ at trace time; a ``requires_grad`` test per write at run time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -107,9 +107,13 @@ def _attribute_writes(ctx: Any) -> list[tuple[Any, str, Any]]:
     records = ADDITIONAL_OUTPUTS.get(ctx)
     found = []
     for modified in [m for m in records if _is_attribute_dict(m)]:
-        del records[modified]
         owner = modified.provenance.inputs[0]
-        found += [(owner, name, value) for name, value in _rebound_items(modified).items()]
+        # an object whose __dict__ Thunder proxied must reach the epilogue: the prologue unpacks later reads of its
+        # attributes through that proxy, ordered as an epilogue input (else KeyError in Thunder's unpack_inputs) —
+        # so the attributes Thunder recorded are written even when restored (the same value again)
+        recorded = {args[1].value for inst, *args in records.pop(modified) if inst is PseudoInst.STORE_SUBSCR}
+        restored = recorded if hasattr(owner, "proxy") else set()
+        found += [(owner, name, value) for name, value in _rebound_items(modified, restored).items()]
     return found
 
 
@@ -137,12 +141,13 @@ def _eager_value(owner: Any, name: str, value: Any) -> Any:
         "jitted function, or restore the attribute before it returns.")
 
 
-def _rebound_items(modified: Any) -> dict[str, Any]:
+def _rebound_items(modified: Any, restored: Collection[str] = ()) -> dict[str, Any]:
     """The entries of an object's ``__dict__`` (``modified``, the interpreter's wrapped dict) that hold something
     other than what the attribute held when the call started (as eager would store them, :func:`_eager_value`).
     Thunder records only the first assignment to a ``__dict__`` (the dict is proxied by it, and later assignments go
     to the proxy unrecorded), so the dict's final contents are read: an entry is rebound unless it still wraps the
-    object's own attribute, or holds the same number, string, ``None``, dtype or device."""
+    object's own attribute, or holds the same number, string, ``None``, dtype or device (but for the names in
+    ``restored``, which are written again when the value can be)."""
     original = modified.original_value
     if original is modified.nothing or not isinstance(original, dict) or not isinstance(modified.value, dict):
         return {}
@@ -156,10 +161,12 @@ def _rebound_items(modified: Any) -> dict[str, Any]:
         if held is not None and name in original and held is original[name]:
             continue  # the attribute as it was (read, perhaps, not rebound)
         if not isinstance(value, Proxy):
-            if name in original and original[name] is value:
+            same = name in original and original[name] is value
+            if same and not (name in restored and isinstance(value, _SCALARS)):
                 continue
             value = _eager_value(modified.provenance.inputs[0], name, value)
-            if name in original and type(original[name]) is type(value) and original[name] == value:
+            if name not in restored and name in original and type(original[name]) is type(value) \
+                    and original[name] == value:
                 continue
         rebound[name] = value
     return rebound
