@@ -108,8 +108,9 @@ from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, N
                        UPDATE_FUSION_CALL_CTX)
 from .grad_fixes import GRAD_FIXES, put_grads
 
-__all__ = ["Patch", "PATCHES", "OPTIONAL_LOOKASIDES", "optional_patches", "STAND_INS", "RUNNER_METHODS", "COMPILE_HOOK", "ADD_TRANSFORM_HOOK", "guarded", "apply",
-           "restore", "applied", "holding", "hook_compilations", "enter_call", "exit_call", "EXPECTED_PARAMETERS"]
+__all__ = ["Patch", "PATCHES", "OPTIONAL_LOOKASIDES", "optional_patches", "STAND_INS", "RUNNER_METHODS",
+           "COMPILE_HOOK", "ADD_TRANSFORM_HOOK", "guarded", "apply", "restore", "applied", "holding",
+           "hook_compilations", "enter_call", "exit_call", "EXPECTED_PARAMETERS"]
 
 
 ABSENT: Any = object()

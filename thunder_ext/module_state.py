@@ -12,14 +12,20 @@ interpreter records the assignment and ``process_recorded_modifications`` turns 
   ones are not recorded at all;
 * a buffer of a submodule (``"inner.count"``) reaches the ``ThunderModule``'s overrides, which later calls read, but
   never the original module;
+* Thunder replays the **first** assignment it recorded, not the last: ``obj.x = {}`` then ``obj.x = None`` fails
+  ("trying to set .x ... to object of type dict"; ``transformers``' output collector), and attributes that are
+  not proxies (a flag, a size, a dtype: ``StaticCache``'s layers initialise themselves inside the first call) are
+  dropped — the next call initialises again, silently wrong;
 * in a training step, a value eager computed **without autograd history** (under ``no_grad``, e.g. a running
   mean) is stored as a compiled output that carries Thunder's: the next call differentiates through it, and
   ``.backward()`` fails ("Trying to backward through the graph a second time").
 
 :func:`write_back_module_state` stands in for ``process_recorded_modifications`` (installed by
 :mod:`thunder_ext._patches`): after Thunder's own pass it replaces every buffer write by :data:`SET_BUFFER` under its
-right name, every attribute write by :data:`SET_ATTRIBUTE`, and adds a :data:`SET_ATTRIBUTE` for every ``__dict__``
-assignment Thunder dropped (read from the dict's final contents, :func:`_rebound_items`). Both write the
+right name, and takes every ``__dict__`` record out of Thunder's hands: each attribute left holding something else
+than when the call started is written by :data:`SET_ATTRIBUTE` with its *final* value (read from the dict's final
+contents, :func:`_rebound_items`; Thunder's dtypes and devices as torch's; another Python object — a list, a dict —
+is a typed error naming the attribute). Both write the
 original module (through ``ThunderModule.get_submodule``, which hands out the original submodules) and, for
 buffers, the ``ThunderModule``'s override that later calls read — so later calls *and* the original module see the
 new tensor, as in eager — detached where eager's value has no autograd history (:func:`_without_grad`). Both are

@@ -1,7 +1,8 @@
 """Attributes a jitted call assigns are written back with their *final* values (:mod:`thunder_ext.module_state`):
 numbers, strings, ``None``, dtypes and devices as well as tensors; an attribute the call restores keeps its value
-(Thunder replayed the first assignment); a value the epilogue cannot carry is a typed error naming the attribute. (The catalog's tensor cases are in
-``test_eager_semantics``; these are the state patterns of ``transformers``' caches and output collectors.)"""
+(stock Thunder replays the first assignment); a value the epilogue cannot carry is a typed error naming the
+attribute. (The catalog's tensor cases are in ``test_eager_semantics``; these are the state patterns of
+``transformers``' caches and output collectors.)"""
 
 from __future__ import annotations
 
