@@ -268,8 +268,8 @@ def main() -> None:
         "`cache_misses` over all calls of the row; torch.compile: frames dynamo compiled.",
         markdown_table(["workload", "compiler", "per step", "vs eager", "peak memory", "compiles / error"], rows),
         f"Environment: `{record['environment']}`",
-        *[f"Re-measured alone (`--only`, {again['runs']} calls): {name}, environment `{again['environment']}`"
-          for name, again in record.get("environments", {}).items()],
+        *[f"Re-measured alone (`--only`, {again['runs']} calls, on a machine shared with other jobs: noisy): {name}, "
+          f"environment `{again['environment']}`" for name, again in record.get("environments", {}).items()],
     ])
     write_results("workloads", record, markdown)
     print(markdown)
