@@ -7,13 +7,17 @@ cannot follow), and ``transformers`` then takes branches written for dynamo. One
   every model ``forward`` decorated with ``capture_outputs``) stores the collector in a plain attribute of a
   module-global object while compiling (``self.global_var = value``, ``self.compiling = True``, both undone in
   ``reset``) because dynamo cannot trace ``ContextVar.get``. Thunder records the first assignment to that object's
-  ``__dict__`` and fails to write it back (stock: "trying to set .global_var of ... to object of type dict"; with
-  :mod:`thunder_ext.module_state`, which writes back final values, the prologue then fails to unpack the global
-  object's attributes through the function's closure). The interpreter looks aside from ``get``/``set``/``reset``
-  and interprets the ``ContextVar`` branch (:func:`lookasides`): the ``ContextVar`` holds the collector while the
-  function is *traced* — which is when the output-capturing hooks run — and nothing is written to the global
-  object, so the compiled program has no epilogue write and no guard for it. ``ContextVar`` calls are opaque to the
-  interpreter (run as is, at trace time only).
+  ``__dict__`` and fails to write it back (stock: "trying to set .global_var of ... to object of type dict"). No
+  write-back would be right anyway: the collector exists only while the function is traced, which is when the
+  output-capturing hooks run. The interpreter looks aside from ``get``/``set``/``reset`` and interprets the
+  ``ContextVar`` branch (:func:`lookasides`): the ``ContextVar`` holds the collector while tracing and nothing is
+  written to the global object, so the compiled program has no epilogue write and no guard for it. ``ContextVar``
+  calls are opaque to the interpreter (run as is, at trace time only).
+
+Not yet working: ``output_hidden_states=True`` / ``output_attentions=True``. The first call installs the capturing
+hooks while it is traced (``maybe_install_capturing_hooks``), after the prologue's guard on them was recorded (the
+prologue then fails: "Expected 4 to be equal to ... 0"); with the hooks installed beforehand the compiled model's
+output has no ``hidden_states`` (root cause not found yet).
 
 These lookasides key on ``transformers``' own functions, so they are built only when ``transformers`` is already
 imported (:data:`MODULE`: a user tracing its models has imported it; importing it here would cost seconds on every
