@@ -29,7 +29,8 @@ name                                                  used by          for
                                                                        (eager's result-type rule)
 ``thunder.core.jit_ext._infer_name_postfix_from_pro…  _patches         patched: a tensor-keyed subscript spells
                                                                        its key's path (dict_state)
-``thunder.core.interpreter._interpret_call``          batch_norm       interprets a function from a lookaside
+``thunder.core.interpreter._interpret_call``          batch_norm,      interprets a function from a lookaside
+                                                      transformers_compat
 ``JitCtx._additional_outputs``                        module_state     the interpreter's record of assignments
                                                                        to Python objects (module attributes)
 ``TraceCtx._siginfo``                                 functionalize    the epilogue's parameters (written:
@@ -170,7 +171,8 @@ LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch", "
                       "patched to check eager's result-type rule (eager_checks)")
 NAME_POSTFIX = Private("thunder.core.jit_ext", "_infer_name_postfix_from_provenance", Kind.MODULE, ("_patches",),
                        "names proxied inputs after their access path; patched to spell tensor-keyed subscripts")
-INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE, ("batch_norm",),
+INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE,
+                         ("batch_norm", "transformers_compat"),
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
 ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs", Kind.FIELD, ("module_state",),
                              "the interpreter's record of assignments to Python objects (module attributes)")
