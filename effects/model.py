@@ -205,10 +205,9 @@ class ResourceEffect:
 
 
 def _merge_operands(*groups: Iterable[OperandEffect]) -> tuple[OperandEffect, ...]:
-    if len(groups) == 1 and type(groups[0]) is tuple:  # the constructor's case: often already normal
-        group = groups[0]
-        if all(a.index < b.index for a, b in zip(group, group[1:])):
-            return group
+    if len(groups) == 1 and isinstance(only := groups[0], tuple):  # the constructor's case: often already normal
+        if all(a.index < b.index for a, b in zip(only, only[1:], strict=False)):
+            return only
     merged: dict[int, OperandEffect] = {}
     for group in groups:
         for eff in group:
