@@ -89,14 +89,16 @@ def test_step_matches_eager_with_torchcompile_sweep(kind, foreach, fusion_type):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("foreach", [
-    False,
-    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
-        "a differentiated compilation (the loss requires grad) is split by Thunder into forward and backward by "
-        "outputs; the output-less _foreach_*_ calls on functionalization's clones land in the backward, which never "
-        "runs"))),
-])
-def test_jitted_training_step_calls_step(foreach):
+@pytest.mark.parametrize("jit_kwargs", [
+    {}, {"executors": ["torch"]},
+    {"executors": ["torchcompile"], "fusion_type": "consecutive"},
+    {"executors": ["torchcompile"], "fusion_type": "dataflow"},
+], ids=["default", "torch", "torchcompile-consecutive", "torchcompile-dataflow"])
+@pytest.mark.parametrize("foreach", [False, True])
+def test_jitted_training_step_calls_step(foreach, jit_kwargs):
+    """The step runs inside a differentiated compilation (the returned loss requires grad): the output-less
+    ``_foreach_*_`` calls must stay in the forward (:mod:`thunder_ext.split`), the state it creates has no autograd
+    history, and the loss's gradient is eager's."""
     def make():
         torch.manual_seed(0)
         model = torch.nn.Linear(4, 3)
@@ -108,7 +110,7 @@ def test_jitted_training_step_calls_step(foreach):
         return loss
 
     (model, optimizer), (jmodel, joptimizer) = make(), make()
-    jstep = thunder_ext.jit(train_step)
+    jstep = thunder_ext.jit(train_step, **jit_kwargs)
     for i in range(3):
         x = torch.randn(2, 4, generator=torch.Generator().manual_seed(i))
         for m in (model, jmodel):
@@ -119,6 +121,11 @@ def test_jitted_training_step_calls_step(foreach):
         _assert_same_state(optimizer, joptimizer)
         optimizer.zero_grad()
         joptimizer.zero_grad()
+        expected.backward()
+        got.backward()  # the state the first step created came back without history (no graph of an earlier call)
+        for p, q in zip(model.parameters(), jmodel.parameters(), strict=True):
+            torch.testing.assert_close(q.grad, p.grad)
+    assert thunder.cache_misses(jstep.__wrapped__) == 2  # the step that creates the state, then every later step
 
 
 @pytest.mark.xfail(strict=True, reason="`p.grad = None` inside a jitted function is not written back (Thunder "
