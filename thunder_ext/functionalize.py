@@ -648,11 +648,9 @@ def _requiring_grad(bsyms: Sequence[BoundSymbol], args: Sequence[Any]) -> set[st
     for bsym in bsyms:
         if bsym.sym.id == "set_grad_enabled":
             recording = bool(bsym.args[0])
-        if not recording:
-            continue
-        if bsym.sym is NO_GRAD_UPDATE:
+        if bsym.sym is NO_GRAD_UPDATE:  # in any grad mode (it is made where the no-grad write happened)
             reads = {bsym.args[0].name} if isinstance(bsym.args[0], Proxy) else set()
-        elif bsym.sym.id == DETACH:
+        elif not recording or bsym.sym.id == DETACH:
             continue
         else:
             reads = {p.name for p in bsym.flat_proxy_args}
