@@ -38,17 +38,19 @@ import torch
 from effects import GLOBAL, make_effects
 
 from thunder.core.compile_data import get_compile_data
-from thunder.core.interpreter import PseudoInst
+from thunder.core.interpreter import PseudoInst, WrappedValue
+from thunder.core.jit_ext import get_jit_ctx
 from thunder.core.module import ThunderModule
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx
 
-from ._thunder import ADDITIONAL_OUTPUTS
+from ._thunder import ADDITIONAL_OUTPUTS, TENSOR_ATTRIBUTE_WRITES
 from . import dict_state
 from .opaque_torch import executor, grad_requiring
 
-__all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "write_back_module_state"]
+__all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "write_back_module_state", "record_grad_assignment",
+           "GradAssignmentError"]
 
 
 def _original(module: Any) -> Any:
@@ -147,6 +149,43 @@ def _without_grad(ctx: Any) -> Callable[[Any], bool]:
     return lambda value: not (isinstance(value, TensorProxy) and value.name in grad)
 
 
+class GradAssignmentError(NotImplementedError):
+    """``t.grad = value`` inside a jitted function on a tensor the prologue cannot fetch again (made inside it)."""
+
+
+def record_grad_assignment(tensor: WrappedValue, value: WrappedValue) -> None:
+    """Record ``tensor.grad = value`` (the interpreter's ``object.__setattr__`` lookaside, which also performs it on
+    the proxy, so later reads in the trace see it) for :func:`write_back_module_state`, which replays the last one
+    per tensor in the epilogue (:data:`SET_ATTRIBUTE` on the run's tensor) — ``optimizer.zero_grad()`` sets every
+    gradient to ``None``. Thunder 0.2.6 drops attribute writes on tensors silently.
+
+    Raises:
+        GradAssignmentError: the tensor is not reachable from the arguments (created inside the function).
+    """
+    if not dict_state.reachable(tensor.provenance):
+        raise GradAssignmentError(
+            "assigning .grad of a tensor created inside the jitted function is not supported (the epilogue can only "
+            "write tensors it fetches from the arguments); assign it outside the jitted function")
+    ctx = get_jit_ctx()
+    writes = TENSOR_ATTRIBUTE_WRITES.get(ctx)
+    if writes is None:
+        writes = {}
+        TENSOR_ATTRIBUTE_WRITES.put(ctx, writes)
+    writes[id(tensor)] = (tensor, value)  # the last assignment wins; the wrapper keeps the id taken
+
+
+def _grad_assignments(ctx: Any, epilogue_trace: TraceCtx, without_grad: Callable[[Any], bool]) -> list[Any]:
+    """:data:`SET_ATTRIBUTE` of ``grad`` for each tensor :func:`record_grad_assignment` saw assigned."""
+    writes = TENSOR_ATTRIBUTE_WRITES.get(ctx) or {}
+    bsyms = []
+    for tensor, value in writes.values():
+        proxy = Proxy(history=tensor.provenance)
+        epilogue_trace.add_name(proxy.name)
+        bsyms.append(SET_ATTRIBUTE.bind(proxy, "grad", value.value, without_grad(value.value), output=None))
+    writes.clear()
+    return bsyms
+
+
 def write_back_module_state(original: Callable[..., Any], ctx: Any, epilogue_trace: TraceCtx) -> None:
     """Stand-in for ``jit_ext.process_recorded_modifications`` (``original``): Thunder's epilogue writes, with
     buffer writes named right and reaching the original module, plus the attribute writes Thunder drops; every
@@ -164,12 +203,16 @@ def write_back_module_state(original: Callable[..., Any], ctx: Any, epilogue_tra
             bsym = SET_ATTRIBUTE.bind(obj, name, value, without_grad(value), output=None)
         bsyms.append(bsym)
     roots: dict[Any, Proxy] = {}
+    assigned = {id(tensor.provenance) for tensor, _ in (TENSOR_ATTRIBUTE_WRITES.get(ctx) or {}).values()}
     for owner, name, value in dropped:
+        if name == "grad" and id(owner) in assigned:
+            continue  # written once, by _grad_assignments
         if owner not in roots:
             proxy = getattr(owner, "proxy", None)
             roots[owner] = proxy if proxy is not None else Proxy(history=owner)
             if roots[owner].name not in epilogue_trace.names:
                 epilogue_trace.add_name(roots[owner].name)
         bsyms.append(SET_ATTRIBUTE.bind(roots[owner], name, value, without_grad(value), output=None))
+    bsyms += _grad_assignments(ctx, epilogue_trace, without_grad)
     epilogue_trace.bound_symbols = bsyms
     dict_state.write_back(ctx, epilogue_trace)
