@@ -554,7 +554,7 @@ def _read_through_clones(trace: TraceCtx, writebacks: Sequence[Writeback], args:
     written = {w.input.name for w in writebacks}
     risky = {w.input.name for w in writebacks if w.autograd}
     for bsym in trace.bound_symbols:
-        if bsym.sym.id is PrimIDs.COPY_:
+        if bsym.sym.id is PrimIDs.COPY_ or bsym.sym is NO_GRAD_UPDATE:  # their backward saves nothing
             continue
         reads = {p.name for p in bsym.flat_proxy_args} & written
         if reads and any(o.name in grad for o in bsym.flat_proxy_outs):
