@@ -22,8 +22,8 @@ name                                                  used by          for
                                                                        (new entries added by the patches)
 ``thunder.core.jit_ext._general_jit_lookaside_map``   _patches         interpreter lookasides (new entries)
 ``thunder.executors.passes._update_fusion_call_ctx``  _patches         patched (fusion call-context cache)
-``thunder.core.transforms._grad_fn_map``              _patches         gradient rules (corrected entries,
-                                                                       :mod:`thunder_ext.grad_fixes`)
+``thunder.core.transforms._grad_fn_map``              _patches,        gradient rules (corrected entries,
+                                                      grad_fixes       :mod:`thunder_ext.grad_fixes`)
 ``thunder.torch._copy_``                              opaque_torch,    ltorch's in-place write (``copy_`` with
                                                       _patches         Thunder's dtype conversion); patched
                                                                        (eager's result-type rule)
@@ -167,7 +167,7 @@ PROPERTY_TABLE = Private("thunder.torch.langctx", "_property_name_to_fn_map", Ki
                          "the Tensor properties of the torch language context; new entries for missing ones")
 LOOKASIDE_TABLE = Private("thunder.core.jit_ext", "_general_jit_lookaside_map", Kind.MODULE, ("_patches",),
                           "the interpreter's lookasides; new entries for torch functions without a symbol")
-GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE, ("_patches", "opaque_torch"),
+GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE, ("_patches", "opaque_torch", "grad_fixes"),
                      "symbol id -> gradient rule; entries replaced for rules Thunder gets wrong (grad_fixes)")
 LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch", "_patches"),
                       "ltorch's in-place write: Thunder's own in-place ops are copy_(self, functional(self, ...)); "

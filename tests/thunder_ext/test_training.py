@@ -281,3 +281,18 @@ def test_values_computed_without_grad_come_back_without_history(jit_kwargs):
     for e, g in zip(expected, got, strict=True):
         torch.testing.assert_close(g, e)
     torch.testing.assert_close(g_grad, e_grad)
+
+
+def test_torch_executor_only_gradient_rules_apply_behind_torchcompile():
+    """adaptive_avg_pool2d's only gradient rule was the torch executor's grad transform, which Thunder did not find with
+    torchcompile ahead of torch in the list (thunder_ext.grad_fixes; a ResNet's head)."""
+    def f(x, w):
+        return torch.nn.functional.adaptive_avg_pool2d(x * w, 1).sum()
+
+    def run(fn):
+        torch.manual_seed(0)
+        x, w = torch.randn(1, 2, 4, 4), torch.randn(4, requires_grad=True)
+        fn(x, w).backward()
+        return w.grad
+
+    torch.testing.assert_close(run(thunder_ext.jit(f, executors=["torchcompile", "torch"])), run(f))
