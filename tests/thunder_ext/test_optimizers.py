@@ -187,6 +187,28 @@ def test_learning_rate_schedule(lr):
     assert thunder.cache_misses(jstep.__wrapped__) == (2 if lr == "tensor" else 4)
 
 
+_REGISTRY = {"a": torch.ones(2), "b": torch.ones(3)}
+
+
+def _scaled_if_registered(x):
+    return x * 2 if "a" in _REGISTRY else x
+
+
+def test_a_key_test_on_a_dict_guards_its_keys_not_its_values(monkeypatch):
+    """``key in d`` depends on ``d``'s keys only: the prologue pins them and never fetches the values (it checked
+    every tensor of the dict, and wrapping them iterated the live dict — litgpt's training cell failed when a garbage
+    collection emptied a weak-reference registry during that loop: thunder_ext.dict_state._contains)."""
+    f = thunder_ext.jit(_scaled_if_registered)
+    x = torch.ones(2)
+    torch.testing.assert_close(f(x), x * 2)
+    monkeypatch.setitem(_REGISTRY, "b", torch.ones(5))  # a value the function never reads
+    torch.testing.assert_close(f(x), x * 2)
+    assert thunder.cache_misses(f.__wrapped__) == 1
+    monkeypatch.delitem(_REGISTRY, "a")  # the key set changed: a new compilation
+    torch.testing.assert_close(f(x), x)
+    assert thunder.cache_misses(f.__wrapped__) == 2
+
+
 def test_profiler_record_function_is_not_traced():
     def f(x):
         with torch.autograd.profiler.record_function("label"):
