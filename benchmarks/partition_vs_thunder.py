@@ -28,14 +28,21 @@ extrapolated. Each timing is the median of ``--repeats`` runs (stock stages that
 Times are CPU seconds of the measuring thread by default (``--clock cpu``): this machine is shared, and wall time
 under other sessions' load varied threefold between runs of the same code; ``--clock wall`` measures wall time.
 
+``--partitioners-only`` measures the partitioner-alone columns only (both sides, in one run), no whole pipeline;
+with ``--merge`` those numbers replace the partitioner columns of the rows of the same size in the existing results
+file, whose whole-pipeline numbers are kept as measured (the 4,800-symbol stock pipeline takes about 800 CPU
+seconds); the record and the report say which run measured which table. Without ``--merge`` they are written to
+``<name>_partitioners.*``, never over a whole run's file.
+
 Usage: ``python -m benchmarks.partition_vs_thunder [--sizes 1000 4800 ...] [--cap 120] [--cap-at 4800=3600]
-[--repeats 3] [--clock cpu]``.
+[--repeats 3] [--clock cpu] [--partitioners-only [--merge]]``.
 Writes ``benchmarks/results/partition_vs_thunder.{json,md,png}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import statistics
@@ -111,14 +118,26 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return result, _clock() - start
 
 
-def _median(fn: Callable[[], Any], repeats: int) -> tuple[Any, float]:
+def _samples(fn: Callable[[], Any], repeats: int) -> tuple[Any, list[float]]:
+    """The last result and the times of ``repeats`` runs (one run when the first takes over 5 s)."""
     result, first = _timed(fn)
     samples = [first]
     if first < 5.0:
         for _ in range(repeats - 1):
             result, t = _timed(fn)
             samples.append(t)
+    return result, samples
+
+
+def _median(fn: Callable[[], Any], repeats: int) -> tuple[Any, float]:
+    result, samples = _samples(fn, repeats)
     return result, statistics.median(samples)
+
+
+def _partitioner(key: str, fn: Callable[[], Any], repeats: int) -> dict[str, Any]:
+    """``{key: median, key_samples: every run}`` for a partitioner column (the report shows the spread)."""
+    _, samples = _samples(fn, repeats)
+    return {key: statistics.median(samples), f"{key}_samples": samples}
 
 
 def _fusion_stats(trace: Any) -> dict[str, int]:
@@ -127,15 +146,21 @@ def _fusion_stats(trace: Any) -> dict[str, int]:
 
 
 # --- stock (in a child process, capped) ------------------------------------------------------------------------
-def _stock_child(conn: Connection, trace: Any, repeats: int, partitioners: bool) -> None:
+def _stock_child(conn: Connection, trace: Any, repeats: int, partitioners: bool, pipeline: bool) -> None:
     if partitioners:  # first: they are fast, and measured even where the cap kills the whole pipeline below
         plain = _transform_for_operator_executor_execution(trace, EXECUTORS)
+        measured: dict[str, Any] = {}
         for strategy in ("consecutive", "dataflow"):
             with compile_context(strategy):
-                _, t = _median(lambda: data_dependent_partition.fuse_bound_symbols(plain, _merge), repeats)
-            conn.send((f"partition_{strategy}_s", t))
-        _, t = _median(lambda: data_dependent_partition.consecutive_fusion(plain, _merge_pairwise), repeats)
-        conn.send(("partition_consecutive_pairwise_s", t))
+                measured |= _partitioner(f"partition_{strategy}_s",
+                                         lambda: data_dependent_partition.fuse_bound_symbols(plain, _merge), repeats)
+        measured |= _partitioner("partition_consecutive_pairwise_s",
+                                 lambda: data_dependent_partition.consecutive_fusion(plain, _merge_pairwise), repeats)
+        for item in measured.items():
+            conn.send(item)
+    if not pipeline:
+        conn.send(("done", True))
+        return
     with compile_context("consecutive"):
         aliased, t_alias = _median(lambda: update_aliases.insert_alias_updates(trace, []), repeats)
         conn.send(("alias_s", t_alias))
@@ -177,12 +202,12 @@ def _cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
-def run_stock(trace: Any, repeats: int, cap: float, partitioners: bool) -> StockResult:
+def run_stock(trace: Any, repeats: int, cap: float, partitioners: bool, pipeline: bool = True) -> StockResult:
     """Run the stock stages in a forked child; stop it once it has used ``cap`` seconds on the benchmark's clock
     (CPU seconds of the child with ``--clock cpu``, so other sessions' load does not kill it early)."""
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_stock_child, args=(child, trace, repeats, partitioners), daemon=True)
+    proc = ctx.Process(target=_stock_child, args=(child, trace, repeats, partitioners, pipeline), daemon=True)
     result = StockResult()
     start = time.perf_counter()
     proc.start()
@@ -217,23 +242,27 @@ def run_stock(trace: Any, repeats: int, cap: float, partitioners: bool) -> Stock
 
 
 # --- thunder_ext ----------------------------------------------------------------------------------------------
-def run_ext(trace: Any, repeats: int, partitioners: bool) -> dict[str, Any]:
+def run_ext(trace: Any, repeats: int, partitioners: bool, pipeline: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {}
     thunder_ext.install()
     try:
         with compile_context("consecutive"):
-            recorded, out["alias_s"] = _median(lambda: thunder.insert_alias_updates(trace, []), repeats)
+            if pipeline:
+                recorded, out["alias_s"] = _median(lambda: thunder.insert_alias_updates(trace, []), repeats)
+            else:
+                recorded = thunder.insert_alias_updates(trace, [])
             ex = _transform_for_operator_executor_execution(recorded, EXECUTORS)
-            fused, out["fusion_pass_s"] = _median(lambda: torch_compile_ex.fusion_pass(ex), repeats)
-            out["final"] = _fusion_stats(fused)
+            if pipeline:
+                fused, out["fusion_pass_s"] = _median(lambda: torch_compile_ex.fusion_pass(ex), repeats)
+                out["final"] = _fusion_stats(fused)
         if partitioners:
             for strategy in ("consecutive", "dataflow"):
                 with compile_context(strategy):
-                    _, out[f"partition_{strategy}_s"] = _median(
-                        lambda: data_dependent_partition.fuse_bound_symbols(ex, _merge), repeats)
+                    out |= _partitioner(f"partition_{strategy}_s",
+                                        lambda: data_dependent_partition.fuse_bound_symbols(ex, _merge), repeats)
             with compile_context("consecutive"):
-                _, out["partition_consecutive_pairwise_s"] = _median(
-                    lambda: data_dependent_partition.fuse_bound_symbols(ex, _merge_pairwise), repeats)
+                out |= _partitioner("partition_consecutive_pairwise_s",
+                                    lambda: data_dependent_partition.fuse_bound_symbols(ex, _merge_pairwise), repeats)
     finally:
         thunder_ext.uninstall()
     return out
@@ -246,7 +275,8 @@ def _fmt(value: float | None, killed: float | None = None) -> str:
     return f"> {killed:.0f} (killed)" if killed is not None else "not run"
 
 
-def report(rows: list[dict[str, Any]], cap: float, cap_at: dict[int, float] | None = None, clock: str = "cpu") -> str:
+def report(rows: list[dict[str, Any]], cap: float, cap_at: dict[int, float] | None = None, clock: str = "cpu",
+           partitioners_run: dict[str, Any] | None = None) -> str:
     cap_at = cap_at or {}
     headers = ["bound symbols", "tracing s", "stock update_aliases s", "stock fusion_pass s", "stock total s",
                "ext aliases s", "ext fusion_pass s", "ext total s", "speedup", "ext µs/bsym",
@@ -254,6 +284,8 @@ def report(rows: list[dict[str, Any]], cap: float, cap_at: dict[int, float] | No
     body = []
     for r in rows:
         s, e = r["stock"], r["ext"]
+        if "fusion_pass_s" not in e:  # measured with --partitioners-only and nothing to merge with
+            continue
         stock_total = (s["alias_s"] + s["fusion_pass_s"]) if "fusion_pass_s" in s else None
         ext_total = e["alias_s"] + e["fusion_pass_s"]
         killed = r.get("stock_killed_after_s")
@@ -277,7 +309,11 @@ def report(rows: list[dict[str, Any]], cap: float, cap_at: dict[int, float] | No
         s, e, n = r["stock"], r["ext"], r["bound_symbols"]
 
         def per(d: dict[str, Any], key: str, n: int = n) -> str:
-            return f"{d[key] / n * 1e6:.1f}" if key in d else "not run"
+            if key not in d:
+                return "not run"
+            samples = d.get(f"{key}_samples")
+            spread = f" ({min(samples) / n * 1e6:.1f}–{max(samples) / n * 1e6:.1f})" if samples else ""
+            return f"{d[key] / n * 1e6:.1f}{spread}"
 
         def ratio(key: str, s: dict[str, Any] = s, e: dict[str, Any] = e) -> str:
             return f"{e[key] / s[key]:.2f}x" if key in s and key in e else "—"
@@ -288,14 +324,68 @@ def report(rows: list[dict[str, Any]], cap: float, cap_at: dict[int, float] | No
                      per(s, "partition_dataflow_s"), per(e, "partition_dataflow_s")])
     caps = ", ".join(f"{n:,} bound symbols: {c:.0f} s" for n, c in sorted(cap_at.items()))
     what = "CPU time of the measuring thread" if clock == "cpu" else "wall clock"
+    separately = ""
+    if partitioners_run is not None:
+        p = partitioners_run
+        sizes = ", ".join(f"{n:,}" for n in sorted(p["sizes"]))
+        separately = (f" The rows for {sizes} bound symbols were measured in a later run than the table above "
+                      f"(`--partitioners-only --merge`, {p['date']}, commit {p['commit']}; {p['clock']} seconds, "
+                      f"median of {p['repeats']}), stock and thunder_ext in that one run; the whole-pipeline table "
+                      "keeps its own run's numbers. The machine was shared with other jobs (load average "
+                      f"{p['load_average'][0]:.1f} at the start and {p['load_average'][1]:.1f} at the end, "
+                      f"{p['environment']['cpu_count']} cores).")
     return (f"Times are {clock} seconds ({what}). Stock stages run in a child process capped at {cap:.0f} {clock} s "
             "per size"
             + (f" (raised for {caps})" if caps else "") + "; sizes after a killed stage are not run.\n\n"
-            + markdown_table(headers, body)
+            + (markdown_table(headers, body) if body else "(whole pipeline not measured in this run)")
             + "\n\nPartitioner alone (operator-transformed trace, no update_aliases; *pairwise predicate*: the same "
             "predicate unmarked, so thunder_ext asks it along every dependency edge inside a region, the "
-            "alias-class sweep; stock Thunder's consecutive partitioner never asks pairs):\n\n"
+            "alias-class sweep; stock Thunder's consecutive partitioner never asks pairs). Median, with the "
+            "fastest and slowest run in parentheses where the runs were recorded." + separately + "\n\n"
             + markdown_table(part_headers, part))
+
+
+PARTITIONER_KEYS = ("partition_consecutive_s", "partition_dataflow_s", "partition_consecutive_pairwise_s")
+
+
+def _per_bsym(d: dict[str, Any], key: str, n: int) -> str:
+    return f"{d[key] / n * 1e6:.1f}" if key in d else "—"
+
+
+def _commit() -> str:
+    """The checkout's commit (with ``+changes`` when the tree differs from it), or ``unknown``."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
+def merge_partitioners(record: dict[str, Any], rows: list[dict[str, Any]],
+                       partitioners_run: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (an earlier results file) with the partitioner columns of its rows replaced by those of ``rows``
+    (matched by bound symbols; a size it lacks is added with the partitioner columns only). The whole-pipeline
+    numbers stay as measured; ``record["partitioners_run"]`` says where the partitioner columns come from."""
+    by_size = {r["bound_symbols"]: r for r in record["rows"]}
+    for row in rows:
+        old = by_size.get(row["bound_symbols"])
+        if old is None:
+            record["rows"].append(row)
+            continue
+        for side in ("stock", "ext"):
+            for key in (k for column in PARTITIONER_KEYS for k in (column, f"{column}_samples")):
+                old[side].pop(key, None)
+                if key in row[side]:
+                    old[side][key] = row[side][key]
+    record["rows"].sort(key=lambda r: r["bound_symbols"])
+    record["partitioners_run"] = partitioners_run
+    return record
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
@@ -314,7 +404,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
             (r["bound_symbols"], r["stock"]["alias_s"] + r["stock"]["fusion_pass_s"])
             for r in rows if "fusion_pass_s" in r["stock"]],
         "thunder_ext pipeline (aliases + fusion_pass)": [
-            (r["bound_symbols"], r["ext"]["alias_s"] + r["ext"]["fusion_pass_s"]) for r in rows],
+            (r["bound_symbols"], r["ext"]["alias_s"] + r["ext"]["fusion_pass_s"]) for r in rows
+            if "fusion_pass_s" in r["ext"]],
         "thunder_ext partitioner (dataflow)": [
             (r["bound_symbols"], r["ext"]["partition_dataflow_s"]) for r in rows
             if "partition_dataflow_s" in r["ext"]],
@@ -349,38 +440,65 @@ def main(argv: list[str] | None = None) -> int:
                         help="cpu: thread CPU time (default, robust to a shared machine's load); wall: perf_counter")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-partitioners", action="store_true", help="skip the partitioner-only columns")
+    parser.add_argument("--partitioners-only", action="store_true",
+                        help="measure the partitioner-alone columns only (no whole pipeline on either side)")
+    parser.add_argument("--merge", action="store_true",
+                        help="with --partitioners-only: replace the partitioner columns of the existing results file's "
+                             "rows of the same size, keeping their whole-pipeline numbers")
     parser.add_argument("--name", default="partition_vs_thunder", help="result file name under results/")
     args = parser.parse_args(argv)
+    if args.merge and not args.partitioners_only:
+        parser.error("--merge needs --partitioners-only (a whole-pipeline run writes its own file)")
+    if args.partitioners_only and args.no_partitioners:
+        parser.error("--partitioners-only and --no-partitioners measure nothing together")
+    pipeline = not args.partitioners_only
     global _clock
     _clock = CLOCKS[args.clock]
     cap_at = {int(k): float(v) for k, v in (item.split("=") for item in args.cap_at)}
     rows: list[dict[str, Any]] = []
+    load_at_start = os.getloadavg()[0]
     stock_stopped = False
     for n in sorted(args.sizes):
         trace, t_trace = _timed(lambda n=n: build_trace(n))
         bsyms = len(trace.bound_symbols)
         row: dict[str, Any] = {"bound_symbols": bsyms, "tracing_s": t_trace}
-        row["ext"] = run_ext(trace, args.repeats, not args.no_partitioners)
+        row["ext"] = run_ext(trace, args.repeats, not args.no_partitioners, pipeline)
         if stock_stopped:
             row["stock"] = {}
         else:
-            stock = run_stock(trace, args.repeats, cap_at.get(n, args.cap), not args.no_partitioners)
+            stock = run_stock(trace, args.repeats, cap_at.get(n, args.cap), not args.no_partitioners, pipeline)
             row["stock"] = stock.values
             if stock.killed_after_s is not None:
                 row["stock_killed_after_s"] = stock.killed_after_s
                 stock_stopped = True
         rows.append(row)
         s, e = row["stock"], row["ext"]
+        if not pipeline:
+            print(f"{bsyms:>7,} bsyms: consecutive partitioner ext {_per_bsym(e, 'partition_consecutive_s', bsyms)} | "
+                  f"stock {_per_bsym(s, 'partition_consecutive_s', bsyms)} µs/bsym", flush=True)
+            continue
         print(f"{bsyms:>7,} bsyms: tracing {t_trace:.2f}s | ext {e['alias_s'] + e['fusion_pass_s']:.3f}s | stock "
               + (f"{s['alias_s'] + s['fusion_pass_s']:.3f}s" if "fusion_pass_s" in s else
                  f"killed after {row.get('stock_killed_after_s', 0):.0f}s" if "stock_killed_after_s" in row
                  else "not run"), flush=True)
-    md = report(rows, args.cap, {n: c for n, c in cap_at.items() if n in args.sizes}, args.clock)
-    print("\n" + md)
     record = {"environment": environment("cpu"), "cap_s": args.cap, "cap_at_s": cap_at, "clock": args.clock,
               "repeats": args.repeats, "rows": rows}
-    paths = list(write_results(args.name, record, "# (a) Effect pipeline vs stock Thunder\n\n" + md))
-    png = plot(rows, RESULTS_DIR / f"{args.name}.png")
+    partitioners_run = None
+    if args.merge:
+        partitioners_run = {"date": time.strftime("%Y-%m-%d"), "commit": _commit(), "clock": args.clock,
+                            "repeats": args.repeats, "sizes": [r["bound_symbols"] for r in rows],
+                            "environment": record["environment"],
+                            "load_average": (load_at_start, os.getloadavg()[0])}
+        record = merge_partitioners(json.loads((RESULTS_DIR / f"{args.name}.json").read_text()), rows,
+                                    partitioners_run)
+    # the caps of the run that measured the whole pipeline (the earlier one, when merging)
+    caps = ({int(n): c for n, c in record["cap_at_s"].items()} if args.merge
+            else {n: c for n, c in cap_at.items() if n in args.sizes and pipeline})
+    md = report(record["rows"], record["cap_s"], caps, record["clock"], partitioners_run)
+    print("\n" + md)
+    name = args.name if pipeline or args.merge else f"{args.name}_partitioners"  # never over a full run's file
+    paths = list(write_results(name, record, "# (a) Effect pipeline vs stock Thunder\n\n" + md))
+    png = plot(record["rows"], RESULTS_DIR / f"{name}.png")
     if png is not None:
         paths.append(png)
     print("\n".join(f"wrote {p}" for p in paths))

@@ -11,7 +11,10 @@ rows):
   profiler's record-function call, reported), ``thunder_ext.jit(optimizer.step)`` (default executors);
 * litgpt ``GPT`` (pythia-14m layout, 2 layers, n_embd 64): one training step (forward, loss, backward, SGD step;
   the model is compiled, the optimizer eager) and one KV-cache decoding step (one token, ``torch.no_grad``);
-* transformers ``ResNetForImageClassification`` (tiny, BatchNorm in training, 2 images 32x32): one training step.
+* transformers ``ResNetForImageClassification`` (tiny, BatchNorm in training, 2 images 32x32): one training step;
+* transformers ``LlamaForCausalLM`` (2 layers, hidden 64, 4 heads, 2 key/value heads): one training step (``labels=``,
+  the model's loss, 2x32 tokens) and one ``StaticCache`` decoding step (one token at position 10: ``index_copy_``
+  into the cache, ``torch.no_grad``).
 
 Per step: the median of ``--runs`` timed calls after 2 warm-up calls (``benchmarks/common.py``: ``median_time``);
 peak memory: the bytes live above the pre-call baseline during one more call, from the allocator events of
@@ -19,12 +22,14 @@ peak memory: the bytes live above the pre-call baseline during one more call, fr
 allocations). Compiles: Thunder's ``cache_misses`` over every call made (warm-up, timed, memory); for torch.compile
 the number of frames dynamo compiled (``torch._dynamo.utils.counters["frames"]["ok"]``, reset per row).
 
-Writes ``benchmarks/results/workloads.{json,md}``.
+Writes ``benchmarks/results/workloads.{json,md}``; with ``--only``, the rows measured replace theirs in the existing
+results (every row's columns still come from one run; the environment of each run is kept per workload).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import traceback
 import warnings
@@ -40,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import thunder_ext  # noqa: E402  (before thunder: the import shim)
 import thunder  # noqa: E402
 
-from benchmarks.common import (environment, fmt_bytes, fmt_seconds, markdown_table, measure_memory,  # noqa: E402
-                               median_time, write_results)
+from benchmarks.common import (RESULTS_DIR, environment, fmt_bytes, fmt_seconds, markdown_table,  # noqa: E402
+                               measure_memory, median_time, write_results)
 
 warnings.filterwarnings("ignore")
 DEVICE = "cpu"
@@ -133,9 +138,51 @@ def _resnet_train() -> Any:
     return model, run, ()
 
 
+# --- transformers Llama --------------------------------------------------------------------------------------------
+def _tiny_llama() -> Any:
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    return transformers.LlamaForCausalLM(config)
+
+
+def _llama_train() -> Any:
+    model = _tiny_llama().train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    tokens = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(1))
+
+    def run(forward: Callable[..., Any]) -> Any:
+        loss = forward(input_ids=tokens, labels=tokens, use_cache=False).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
+    return model, run, ()
+
+
+def _llama_decode() -> Any:
+    import transformers
+
+    model = _tiny_llama().eval()
+    cache = transformers.StaticCache(config=model.config, max_cache_len=64)
+    cache.early_initialization(batch_size=1, num_heads=2, head_dim=16, dtype=torch.float32, device=torch.device(DEVICE))
+    token, position = torch.tensor([[7]]), torch.tensor([10])
+
+    def run(forward: Callable[..., Any]) -> Any:
+        with torch.no_grad():
+            return forward(input_ids=token, past_key_values=cache, cache_position=position, use_cache=True).logits
+
+    return model, run, ()
+
+
 WORKLOADS = [Workload(f"{k} foreach={f}", _optimizer(k, f)) for k in ("sgd", "adam", "adamw") for f in (False, True)]
 WORKLOADS += [Workload("litgpt train step", _litgpt_train), Workload("litgpt KV-cache decode step", _litgpt_decode),
-              Workload("transformers ResNet train step", _resnet_train)]
+              Workload("transformers ResNet train step", _resnet_train),
+              Workload("transformers Llama train step", _llama_train),
+              Workload("transformers Llama StaticCache decode step", _llama_decode)]
 
 COMPILERS: dict[str, Callable[[Any], Any]] = {
     "eager": lambda fn: fn,
@@ -184,6 +231,10 @@ def main() -> None:
     options = parser.parse_args()
     compilers = [c for c in COMPILERS if not (options.no_torch_compile and c == "torch.compile")]
     rows, record = [], {"environment": environment(DEVICE), "runs": options.runs, "results": {}}
+    previous = RESULTS_DIR / "workloads.json"
+    if options.only and previous.exists():
+        record = json.loads(previous.read_text())
+        record.setdefault("environments", {})
     for workload in WORKLOADS:
         if options.only and not any(workload.name.startswith(p) for p in options.only):
             continue
@@ -195,6 +246,12 @@ def main() -> None:
             except ImportError as e:  # the models extra is not installed
                 results[compiler] = {"error": f"skipped: {e}"}
         record["results"][workload.name] = results
+        if "environments" in record:
+            record["environments"][workload.name] = {"environment": environment(DEVICE), "runs": options.runs}
+    for workload in WORKLOADS:
+        results = record["results"].get(workload.name)
+        if results is None:
+            continue
         eager = results.get("eager", {}).get("time")
         for compiler, r in results.items():
             if "error" in r:
@@ -211,6 +268,8 @@ def main() -> None:
         "`cache_misses` over all calls of the row; torch.compile: frames dynamo compiled.",
         markdown_table(["workload", "compiler", "per step", "vs eager", "peak memory", "compiles / error"], rows),
         f"Environment: `{record['environment']}`",
+        *[f"Re-measured alone (`--only`, {again['runs']} calls, on a machine shared with other jobs: noisy): {name}, "
+          f"environment `{again['environment']}`" for name, again in record.get("environments", {}).items()],
     ])
     write_results("workloads", record, markdown)
     print(markdown)

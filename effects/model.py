@@ -205,6 +205,10 @@ class ResourceEffect:
 
 
 def _merge_operands(*groups: Iterable[OperandEffect]) -> tuple[OperandEffect, ...]:
+    if len(groups) == 1 and type(groups[0]) is tuple:  # the constructor's case: often already normal
+        group = groups[0]
+        if all(a.index < b.index for a, b in zip(group, group[1:])):
+            return group
     merged: dict[int, OperandEffect] = {}
     for group in groups:
         for eff in group:
@@ -217,6 +221,8 @@ def _merge_operands(*groups: Iterable[OperandEffect]) -> tuple[OperandEffect, ..
 
 
 def _merge_resources(*groups: Iterable[ResourceEffect]) -> frozenset[ResourceEffect]:
+    if not any(groups):
+        return frozenset()
     merged: dict[Resource, bool] = {}
     for group in groups:
         for eff in group:

@@ -242,6 +242,7 @@ def consecutive_groups(
     fusible: Callable[[Instruction], bool] | Sequence[bool],
     *,
     can_fuse: Callable[[Instruction, Instruction], bool] | None = None,
+    can_fuse_at: Callable[[int, int], bool] | None = None,
     registry: Registry | None = None,
     effects: Sequence[Effects] | None = None,
 ) -> list[tuple[int, ...]]:
@@ -252,20 +253,29 @@ def consecutive_groups(
 
     ``can_fuse(producer, consumer)`` is asked for every distinct predecessor of a member inside its run, over the
     edges of every kind the graph would have (DATA, RAW, WAR, WAW, ORDER and the GLOBAL barrier's), in the
-    graph's edge order; a refusal starts a new run at the consumer.
+    graph's edge order; a refusal starts a new run at the consumer. ``can_fuse_at(p, i)`` is the same question
+    by instruction index (for a caller that keeps its own per-instruction data; give one of the two).
 
     Raises:
         UndefinedValueError, DuplicateDefinitionError: ``program`` is ill-formed (the alias pass checks it).
+        ValueError: both ``can_fuse`` and ``can_fuse_at`` are given.
     """
     insts = program.instructions
     n = len(insts)
     fus = [bool(f) for f in fusible] if not callable(fusible) else [bool(fusible(inst)) for inst in insts]
-    if can_fuse is None:
+    if can_fuse is not None:
+        if can_fuse_at is not None:
+            raise ValueError("consecutive_groups: give can_fuse (by instruction) or can_fuse_at (by index), not both")
+
+        def can_fuse_at(p: int, i: int) -> bool:
+            return can_fuse(insts[p], insts[i])
+
+    if can_fuse_at is None:
         return _runs(fus)
     effs = list(effects) if effects is not None else resolve_effects(program, registry)
     with gc_paused():
         storage = StorageClasses.from_effects(program, effs)
-        return _consecutive_sweep(insts, n, fus, effs, storage, can_fuse)
+        return _consecutive_sweep(insts, n, fus, effs, storage, can_fuse_at)
 
 
 def _runs(fus: list[bool]) -> list[tuple[int, ...]]:
@@ -283,8 +293,10 @@ def _runs(fus: list[bool]) -> list[tuple[int, ...]]:
 
 
 def _consecutive_sweep(insts: Sequence[Instruction], n: int, fus: list[bool], effs: Sequence[Effects],
-                       storage: StorageClasses, can_fuse: Callable[[Instruction, Instruction], bool]
-                       ) -> list[tuple[int, ...]]:
+                       storage: StorageClasses, can_fuse_at: Callable[[int, int], bool]) -> list[tuple[int, ...]]:
+    """The runs of :func:`consecutive_groups`: per instruction, the predecessors inside the open run in the graph's
+    edge order (its accesses as :func:`effects.graph.operand_accesses` finds them, the edges as the hazard rules
+    emit them), each distinct one asked once, in that order."""
     ids, cls_of = storage.value_ids, storage.class_of_value_id
     plans: dict[int, tuple[Effects, _Plan]] = {}
     groups: list[tuple[int, ...]] = []
@@ -299,26 +311,25 @@ def _consecutive_sweep(insts: Sequence[Instruction], n: int, fus: list[bool], ef
     since_barrier: list[int] = []
     for i in range(n):
         if not fus[i]:
-            if start < i:
+            if start < i:  # close the open run (the state holds its members' accesses only)
                 groups.append(tuple(range(start, i)))
+                def_in, last_write, readers, last_user = {}, {}, {}, {}
+                last_barrier, since_barrier = -1, []
             groups.append((i,))
             start = i + 1
-            def_in, last_write, readers, last_user = {}, {}, {}, {}
-            last_barrier, since_barrier = -1, []
             continue
         inst = insts[i]
         plan = plan_of(plans, effs[i])
         # the accesses of i, as the graph builder collects them
         used, reads, writes = operand_accesses(inst, plan, ids, cls_of)
-        defs: list[int] = []
+        preds: list[int] = []  # definers inside the run first (DATA edges)
         for vid, _ in used:
             d = def_in.get(vid)  # type: ignore[arg-type]  # every operand is defined: the alias pass checked
             if d is not None:
-                defs.append(d)
+                preds.append(d)
         effectful = bool(writes) or plan.any_resource
         if start < i:
             # predecessors inside the run, in the graph's edge order (DATA, RAW, WAR, WAW, ORDER, barrier)
-            preds = defs
             for c in reads:
                 w = last_write.get(c)
                 if w is not None:
@@ -340,11 +351,14 @@ def _consecutive_sweep(insts: Sequence[Instruction], n: int, fus: list[bool], ef
                     preds.extend(since_barrier)
                 elif last_barrier >= 0:
                     preds.append(last_barrier)
-            if preds and not all(can_fuse(insts[p], inst) for p in dict.fromkeys(preds)):
-                groups.append(tuple(range(start, i)))
-                start = i
-                def_in, last_write, readers, last_user = {}, {}, {}, {}
-                last_barrier, since_barrier = -1, []
+            if preds:
+                for p in (preds if len(preds) == 1 else dict.fromkeys(preds)):
+                    if not can_fuse_at(p, i):
+                        groups.append(tuple(range(start, i)))
+                        start = i
+                        def_in, last_write, readers, last_user = {}, {}, {}, {}
+                        last_barrier, since_barrier = -1, []
+                        break
         # record i's accesses in the (possibly new) run
         for c in reads:
             rs = readers.get(c)

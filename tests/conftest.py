@@ -1,9 +1,11 @@
 """Shared test configuration: which tests run by default, Hypothesis profiles, an isolated-registry fixture.
 
-**Default run** (the README's ``python -m pytest -q``): fast and deterministic. Tests marked ``slow`` (exhaustive
-sweeps, long fuzz runs, the full example scripts) are deselected unless ``EFFECTS_SLOW=1`` is set (``.ci/run``
-sets it, so CI runs the README's command and still checks everything) or ``-m`` selects by marker explicitly
-(``-m slow``, ``-m cuda``). A new test that takes more than a few seconds on two cores belongs behind ``slow``.
+**Default run** (the README's ``python -m pytest -q -n auto``: pytest-xdist, one worker per core; modules that
+share an expensive module-scoped fixture carry an ``xdist_group`` mark): fast and deterministic. Tests marked
+``slow`` (exhaustive sweeps, long fuzz runs, the full example scripts) are deselected unless ``EFFECTS_SLOW=1`` is
+set (``.ci/run`` sets it, so CI runs the README's command and still checks everything) or ``-m`` selects by marker
+explicitly (``-m slow``, ``-m cuda``). A new test that takes more than a few seconds on two cores belongs behind
+``slow``.
 
 **Hypothesis profiles**, selected with ``HYPOTHESIS_PROFILE``: ``default`` (derandomized: the same examples on
 every run and machine, no example database), ``ci`` (the same under ``CI``), ``explore`` (random examples, for
@@ -26,6 +28,11 @@ except ImportError:  # lightning-thunder not installed: the thunder_ext tests sk
 
 SLOW = bool(os.environ.get("EFFECTS_SLOW"))
 """Run the tests marked ``slow`` too (set by ``.ci/run``)."""
+
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # under ``-n``: the workers share the cores instead of each
+    import torch  # taking all of them for its kernels (oversubscribed threads spin and wait on each other)
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 _QUIET = [HealthCheck.too_slow]
 settings.register_profile("default", max_examples=60, derandomize=True, database=None, deadline=None,

@@ -43,7 +43,10 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   calls as no-ops (:mod:`thunder_ext.profiler`),
                                                   ``dict`` methods on dicts reachable from the arguments
                                                   (:mod:`thunder_ext.dict_state`), ``optimizer._get_value``
-                                                  (:mod:`thunder_ext.optimizers`), ``*_like(memory_format=)``
+                                                  (:mod:`thunder_ext.optimizers`), ``*_like(memory_format=)``;
+                                                  when ``transformers`` is imported, its ``CompileableContextVar``
+                                                  as a ``ContextVar`` (:mod:`thunder_ext.transformers_compat`,
+                                                  :data:`OPTIONAL_LOOKASIDES`)
 ``distributed.utils.sort_waits``                 :func:`pipeline.sort_waits` (Thunder's wait schedule, kept
                                                   where the effect graph allows)
 ``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them; Thunder's in-place
@@ -104,13 +107,14 @@ from thunder.core.compile_data import get_compile_data
 
 from . import (_thunder_fast, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize, module_state,
                dict_state, opaque_torch, optimizers, overloads, pipeline, profiler, rebinding, seeding, split,
-               state)
+               state, transformers_compat)
 from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
                        UPDATE_FUSION_CALL_CTX)
 from .grad_fixes import GRAD_FIXES, put_grads
 
-__all__ = ["Patch", "PATCHES", "STAND_INS", "RUNNER_METHODS", "COMPILE_HOOK", "ADD_TRANSFORM_HOOK", "guarded", "apply",
-           "restore", "applied", "holding", "hook_compilations", "enter_call", "exit_call", "EXPECTED_PARAMETERS"]
+__all__ = ["Patch", "PATCHES", "OPTIONAL_LOOKASIDES", "optional_patches", "STAND_INS", "RUNNER_METHODS",
+           "COMPILE_HOOK", "ADD_TRANSFORM_HOOK", "guarded", "apply", "restore", "applied", "holding",
+           "hook_compilations", "enter_call", "exit_call", "EXPECTED_PARAMETERS"]
 
 
 ABSENT: Any = object()
@@ -280,6 +284,29 @@ def _build_patches() -> tuple[Patch, ...]:
 
 PATCHES: tuple[Patch, ...] = _build_patches()
 
+OPTIONAL_LOOKASIDES: dict[str, Callable[[Any], dict[Any, Callable[..., Any]]]] = {
+    transformers_compat.MODULE: transformers_compat.lookasides,
+}
+"""Module name -> the interpreter lookasides for functions of that third-party module: added by :func:`apply` (with
+:data:`PATCHES`) when the module is already imported — importing it here would cost every ``import thunder_ext``."""
+
+_optional: dict[str, tuple[Patch, ...]] = {}
+
+
+def optional_patches() -> tuple[Patch, ...]:
+    """The :data:`OPTIONAL_LOOKASIDES` entries of the modules imported so far (each module's built once)."""
+    found: list[Patch] = []
+    for name, lookasides in OPTIONAL_LOOKASIDES.items():
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        if name not in _optional:
+            table = LOOKASIDE_TABLE.get()
+            _optional[name] = tuple(Patch(table, fn, table.get(fn, ABSENT), lookaside)
+                                    for fn, lookaside in lookasides(module).items())
+        found += _optional[name]
+    return tuple(found)
+
 EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "insert_alias_updates": ("computation_trace", "alias_tensor_indices"),
     "fuse_bound_symbols": ("trace", "merge_func"),
@@ -315,6 +342,8 @@ RUNNER_METHODS: tuple[Patch, ...] = tuple(
 
 _lock = threading.RLock()
 _holders = 0
+_held: list[Patch] = []
+"""What the holds put in place: :data:`PATCHES` and the :func:`optional_patches` of the first hold."""
 
 
 def applied() -> bool:
@@ -330,14 +359,15 @@ def apply() -> None:
     global _holders
     with _lock:
         if _holders == 0:
-            stale = [p.where for p in PATCHES if p.current() is not p.original]
+            _held[:] = PATCHES + optional_patches()
+            stale = [p.where for p in _held if p.current() is not p.original]
             if stale:
                 raise RuntimeError(
                     "thunder_ext cannot patch Thunder: these are not the functions it was written against: "
                     f"{', '.join(stale)}. Check the installed lightning-thunder version (0.2.6 expected) and "
                     "whether another library patched them; update thunder_ext/_patches.py."
                 )
-            for p in PATCHES:
+            for p in _held:
                 p.put(p.replacement)
         _holders += 1
 
@@ -350,7 +380,7 @@ def restore() -> None:
             return
         _holders -= 1
         if _holders == 0:
-            for p in PATCHES:
+            for p in _held:
                 p.put(p.original)
 
 

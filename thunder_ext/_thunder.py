@@ -30,7 +30,8 @@ name                                                  used by          for
 ``thunder.core.jit_ext._infer_name_postfix_from_pro…  _patches         patched: a tensor-keyed subscript spells
                                                                        its key's path (dict_state)
 ``thunder.core.interpreter._interpret_call``          batch_norm,      interprets a function from a lookaside
-                                                      optimizers
+                                                      optimizers,
+                                                      transformers_compat
 ``JitCtx._additional_outputs``                        module_state     the interpreter's record of assignments
                                                                        to Python objects (module attributes)
 ``TraceCtx._siginfo``                                 functionalize    the epilogue's parameters (written:
@@ -71,8 +72,6 @@ attribute                                   on                   holds
                                                                  sets
 :data:`GUARDED_DICTS`, :data:`DICT_WRITES`  ``JitCtx``           dicts whose keys the prologue pins, writes
                                                                  into reachable dicts (dict_state)
-:data:`TENSOR_ATTRIBUTE_WRITES`             ``JitCtx``           ``tensor.grad = value`` on tensors reachable
-                                                                 from the arguments (module_state)
 :data:`RUNNER_CALL`, :data:`RUNNER_BUILD`   ``CUDAGraphRunner``  ``call_cuda_graph``/``build_cuda_graph``
                                                                  bound on that runner
 ==========================================  ===================  ==============================================
@@ -91,8 +90,7 @@ __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
            "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS",
            "INPUT_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT",
-           "RESOLVED", "FUSED", "RUNNER", "GUARDED_DICTS", "DICT_WRITES",
-           "TENSOR_ATTRIBUTE_WRITES", "RUNNER_CALL", "RUNNER_BUILD"]
+           "RESOLVED", "FUSED", "RUNNER", "GUARDED_DICTS", "DICT_WRITES", "RUNNER_CALL", "RUNNER_BUILD"]
 
 _MISSING: Any = object()
 
@@ -174,7 +172,8 @@ LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch", "
                       "patched to check eager's result-type rule (eager_checks)")
 NAME_POSTFIX = Private("thunder.core.jit_ext", "_infer_name_postfix_from_provenance", Kind.MODULE, ("_patches",),
                        "names proxied inputs after their access path; patched to spell tensor-keyed subscripts")
-INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE, ("batch_norm", "optimizers"),
+INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE,
+                         ("batch_norm", "optimizers", "transformers_compat"),
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
 ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs", Kind.FIELD, ("module_state",),
                              "the interpreter's record of assignments to Python objects (module attributes)")
@@ -237,14 +236,11 @@ GUARDED_DICTS = Stash("_thunder_effects_guarded_dicts", "thunder.core.jit_ext.Ji
                       "the dicts whose key set the tracing in progress pins in the prologue (dict_state)")
 DICT_WRITES = Stash("_thunder_effects_dict_writes", "thunder.core.jit_ext.JitCtx",
                     "writes into dicts reachable from the arguments, for the epilogue (dict_state)")
-TENSOR_ATTRIBUTE_WRITES = Stash("_thunder_effects_tensor_attribute_writes", "thunder.core.jit_ext.JitCtx",
-                                "assignments to .grad of tensors reachable from the arguments, for the epilogue "
-                                "(module_state)")
 RUNNER_CALL = Stash("call_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                     "the runner's call, bound on that runner: copy-back of written arguments, fresh outputs")
 RUNNER_BUILD = Stash("build_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                      "the runner's graph build, bound on that runner: warm-up on clones of written inputs")
 
 STASHES: tuple[Stash, ...] = (INPUT_ALIASES, EPILOGUE_WRITES, REBOUND, DCE_FIXPOINT, RESOLVED, FUSED, RUNNER,
-                              GUARDED_DICTS, DICT_WRITES, TENSOR_ATTRIBUTE_WRITES, RUNNER_CALL, RUNNER_BUILD)
+                              GUARDED_DICTS, DICT_WRITES, RUNNER_CALL, RUNNER_BUILD)
 """Every attribute thunder_ext attaches to Thunder objects (see the module docstring)."""

@@ -11,7 +11,9 @@
 
 The adapter never changes a trace: :class:`AdaptedTrace` keeps the bound symbols aligned with the instructions so
 a pass can map its decisions back (:mod:`thunder_ext.pipeline`). Cost: O(bound symbols + operand uses), the
-effects of each bound symbol resolved once per registry generation.
+effects of each bound symbol resolved once per registry generation; its instruction (operand values, output names)
+is kept with that resolution and reused by every later adaptation where none of its outputs is defined yet (the
+one case that depends on the rest of the trace: the renaming above).
 """
 
 from __future__ import annotations
@@ -91,13 +93,24 @@ def _adapt_bsyms(bsyms: Iterable[BoundSymbol], args: Iterable[object], registry:
                 if name not in defined:
                     define_input(name)
             continue
-        operands, eff = resolver.resolve(bsym)
-        for operand in operands:
-            for v in operand_values(operand):
-                define_input(v)
+        resolved = resolver.record(bsym)
+        adapted = resolved.adapted
+        if adapted is None:
+            adapted = resolved.adapted = _adapted(bsym, resolved.operands, resolved.effects)
+        values, names, inst = adapted
+        for v in values:
+            if v not in defined:
+                defined.add(v)
+                inputs.append(v)
+        if inst is not None and defined.isdisjoint(names):  # the common case: the instruction made before
+            defined.update(names)
+            instructions.append(inst)
+            aligned.append(bsym)
+            continue
+        operands, eff = resolved.operands, resolved.effects
         outputs = []
         extra_aliases = []
-        for j, name in enumerate(proxy_out_names(bsym)):
+        for j, name in enumerate(names):
             if name in defined or name in outputs:
                 # the symbol hands back a value it received (or twice): a fresh value that is the same tensor
                 outputs.append(f"{name}@{len(instructions)}.{j}")
@@ -114,6 +127,19 @@ def _adapt_bsyms(bsyms: Iterable[BoundSymbol], args: Iterable[object], registry:
     groups = tuple(frozenset(n for n in g if n in known) for g in input_aliases)
     program = Program(tuple(instructions), tuple(inputs), returns, tuple(g for g in groups if len(g) > 1))
     return AdaptedTrace(program, tuple(aligned), tuple(prefix), return_bsym)
+
+
+def _adapted(bsym: BoundSymbol, operands: tuple[Any, ...], eff: Effects
+             ) -> tuple[tuple[Hashable, ...], tuple[str, ...], Instruction | None]:
+    """What the adaptation of ``bsym`` takes from its resolution alone, kept on it (``_Resolved.adapted``, valid as
+    long as the resolution): the values its operands use (in order, repeats kept), its output names, and its
+    instruction where the outputs are distinct names (``None`` otherwise). An adaptation uses that instruction when
+    none of the outputs is already defined (otherwise it renames them, see the module docstring): Instructions are
+    immutable, so the many adaptations of one compilation share it."""
+    values = tuple(v for operand in operands for v in operand_values(operand))
+    names = tuple(proxy_out_names(bsym))
+    inst = Instruction(op_key(bsym), operands, names, eff) if len(set(names)) == len(names) else None
+    return values, names, inst
 
 
 def adapt(trace: Any, *, registry: effects.Registry | None = None,

@@ -277,8 +277,9 @@ def _build_tables() -> _Tables:
     signatures: dict[Hashable, Signature | None] = {}
 
     prim_syms = {v.id: v for v in vars(prims).values() if isinstance(v, Symbol)}
+    prim_table = _prim_table()
     for pid in PrimIDs:
-        effects_by_key[pid] = _prim_table().get(pid, PURE)
+        effects_by_key[pid] = prim_table.get(pid, PURE)
         categories[pid] = "declared"
         signatures[pid] = signature_of(prim_syms[pid]) if pid in prim_syms else None
 

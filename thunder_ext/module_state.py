@@ -12,14 +12,20 @@ interpreter records the assignment and ``process_recorded_modifications`` turns 
   ones are not recorded at all;
 * a buffer of a submodule (``"inner.count"``) reaches the ``ThunderModule``'s overrides, which later calls read, but
   never the original module;
+* Thunder replays the **first** assignment it recorded, not the last: ``obj.x = {}`` then ``obj.x = None`` fails
+  ("trying to set .x ... to object of type dict"; ``transformers``' output collector), and attributes that are
+  not proxies (a flag, a size, a dtype: ``StaticCache``'s layers initialise themselves inside the first call) are
+  dropped — the next call initialises again, silently wrong;
 * in a training step, a value eager computed **without autograd history** (under ``no_grad``, e.g. a running
   mean) is stored as a compiled output that carries Thunder's: the next call differentiates through it, and
   ``.backward()`` fails ("Trying to backward through the graph a second time").
 
 :func:`write_back_module_state` stands in for ``process_recorded_modifications`` (installed by
 :mod:`thunder_ext._patches`): after Thunder's own pass it replaces every buffer write by :data:`SET_BUFFER` under its
-right name, every attribute write by :data:`SET_ATTRIBUTE`, and adds a :data:`SET_ATTRIBUTE` for every ``__dict__``
-assignment Thunder dropped (read from the dict's final contents, :func:`_rebound_items`). Both write the
+right name, and takes every ``__dict__`` record out of Thunder's hands: each attribute left holding something else
+than when the call started is written by :data:`SET_ATTRIBUTE` with its *final* value (read from the dict's final
+contents, :func:`_rebound_items`; Thunder's dtypes and devices as torch's; another Python object — a list, a dict —
+is a typed error naming the attribute). Both write the
 original module (through ``ThunderModule.get_submodule``, which hands out the original submodules) and, for
 buffers, the ``ThunderModule``'s override that later calls read — so later calls *and* the original module see the
 new tensor, as in eager — detached where eager's value has no autograd history (:func:`_without_grad`). Both are
@@ -30,27 +36,26 @@ at trace time; a ``requires_grad`` test per write at run time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
 
 from effects import GLOBAL, make_effects
 
+from thunder.core import devices, dtypes
 from thunder.core.compile_data import get_compile_data
-from thunder.core.interpreter import PseudoInst, WrappedValue
-from thunder.core.jit_ext import get_jit_ctx
+from thunder.core.interpreter import PseudoInst
 from thunder.core.module import ThunderModule
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx
 
-from ._thunder import ADDITIONAL_OUTPUTS, TENSOR_ATTRIBUTE_WRITES
+from ._thunder import ADDITIONAL_OUTPUTS
 from . import dict_state
 from .opaque_torch import executor, grad_requiring
 
-__all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "write_back_module_state", "record_grad_assignment",
-           "GradAssignmentError"]
+__all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "write_back_module_state"]
 
 
 def _original(module: Any) -> Any:
@@ -93,46 +98,82 @@ SET_ATTRIBUTE = executor.register_operator("thunder_effects_set_attribute", meta
 ``ThunderModule``); ``detach``: the value is stored without autograd history, as eager computed it."""
 
 
-def _dropped_attribute_writes(ctx: Any) -> list[tuple[Any, str, Any]]:
-    """``(object provenance, name, value)`` of each last assignment to an object's ``__dict__`` that Thunder drops:
-    every one when the object has no proxy; when it has one (Thunder writes its recorded assignments back with
-    ``pack_attr``), the assignments it did not record."""
+def _is_attribute_dict(modified: Any) -> bool:
+    """Whether an interpreter record is of an object's ``__dict__`` (an attribute assignment)."""
+    record = modified.provenance
+    return (record.inst is PseudoInst.LOAD_ATTR and len(record.inputs) == 2
+            and record.inputs[1].inst is PseudoInst.CONSTANT and record.inputs[1].value == "__dict__")
+
+
+def _attribute_writes(ctx: Any) -> list[tuple[Any, str, Any]]:
+    """``(object provenance, name, final value)`` of every attribute the call left holding something else than
+    when it started, read from each assigned ``__dict__``'s final contents (:func:`_rebound_items`) — and the
+    interpreter's records of those dicts taken out of ``ctx``: Thunder replays the *first* assignment it recorded
+    (``obj.x = {}`` then ``obj.x = None`` wrote the dict back, or failed on it), and drops the rest."""
+    records = ADDITIONAL_OUTPUTS.get(ctx)
     found = []
-    for modified, modifications in ADDITIONAL_OUTPUTS.get(ctx).items():
-        record = modified.provenance
-        if not (record.inst is PseudoInst.LOAD_ATTR and len(record.inputs) == 2
-                and record.inputs[1].inst is PseudoInst.CONSTANT and record.inputs[1].value == "__dict__"):
-            continue
-        owner = record.inputs[0]
-        recorded = {}
-        for inst, *args in modifications:
-            if inst is PseudoInst.STORE_SUBSCR:
-                _, key, value = args
-                recorded[key.value] = value.value
-        final = {**recorded, **_rebound_items(modified)}
-        if hasattr(owner, "proxy"):  # Thunder writes back what it recorded (pack_attr)
-            final = {name: value for name, value in final.items() if recorded.get(name, None) is not value}
-        found += [(owner, name, value) for name, value in final.items() if isinstance(value, Proxy)]
+    for modified in [m for m in records if _is_attribute_dict(m)]:
+        owner = modified.provenance.inputs[0]
+        # an object whose __dict__ Thunder proxied must reach the epilogue: the prologue unpacks later reads of its
+        # attributes through that proxy, ordered as an epilogue input (else KeyError in Thunder's unpack_inputs) —
+        # so the attributes Thunder recorded are written even when restored (the same value again)
+        recorded = {args[1].value for inst, *args in records.pop(modified) if inst is PseudoInst.STORE_SUBSCR}
+        restored = recorded if hasattr(owner, "proxy") else set()
+        found += [(owner, name, value) for name, value in _rebound_items(modified, restored).items()]
     return found
 
 
-def _rebound_items(modified: Any) -> dict[str, Any]:
-    """The entries of a module's ``__dict__`` (``modified``, the interpreter's wrapped dict) that hold something other
-    than what the attribute held when the call started. Thunder records only the first assignment to a ``__dict__``
-    (the dict is proxied by it, and later assignments go to the proxy unrecorded), so the dict's final contents are
-    read: an entry is rebound unless it still wraps the object's own attribute."""
+_SCALARS = (bool, int, float, str, type(None), torch.dtype, torch.device)
+"""Values other than proxies an attribute write carries into the epilogue (Thunder's dtypes and devices as
+torch's)."""
+
+
+def _eager_value(owner: Any, name: str, value: Any) -> Any:
+    """``value`` as eager code would have stored it: Thunder's dtype or device as torch's.
+
+    Raises:
+        NotImplementedError: another kind of Python object (a list, a dict, an instance), which the epilogue
+            cannot carry.
+    """
+    if isinstance(value, dtypes.dtype):
+        return dtypes.to_torch_dtype(value)
+    if isinstance(value, devices.Device):
+        return devices.to_torch_device(value)
+    if isinstance(value, (Proxy, *_SCALARS)):
+        return value
+    raise NotImplementedError(
+        f"thunder_ext.jit cannot write back the attribute {name!r} (left holding a {type(value).__name__}) to "
+        f"{owner}: only tensors, numbers, strings, None, dtypes and devices can be. Keep such state outside the "
+        "jitted function, or restore the attribute before it returns.")
+
+
+def _rebound_items(modified: Any, restored: Collection[str] = ()) -> dict[str, Any]:
+    """The entries of an object's ``__dict__`` (``modified``, the interpreter's wrapped dict) that hold something
+    other than what the attribute held when the call started (as eager would store them, :func:`_eager_value`).
+    Thunder records only the first assignment to a ``__dict__`` (the dict is proxied by it, and later assignments go
+    to the proxy unrecorded), so the dict's final contents are read: an entry is rebound unless it still wraps the
+    object's own attribute, or holds the same number, string, ``None``, dtype or device (but for the names in
+    ``restored``, which are written again when the value can be)."""
     original = modified.original_value
     if original is modified.nothing or not isinstance(original, dict) or not isinstance(modified.value, dict):
         return {}
     items = modified.item_wrappers if isinstance(modified.item_wrappers, dict) else {}
     rebound = {}
     for name, value in modified.value.items():
-        if not isinstance(name, str) or not isinstance(value, Proxy):
+        if not isinstance(name, str):
             continue
         item = items.get(name)
         held = item.original_value if item is not None and item.original_value is not item.nothing else None
         if held is not None and name in original and held is original[name]:
             continue  # the attribute as it was (read, perhaps, not rebound)
+        if not isinstance(value, Proxy):
+            same = name in original and original[name] is value
+            if same and not (name in restored and isinstance(value, _SCALARS)):
+                continue
+            value = _eager_value(modified.provenance.inputs[0], name, value)
+            if name not in restored and name in original and type(original[name]) is type(value) \
+                    and original[name] == value:
+                continue
         rebound[name] = value
     return rebound
 
@@ -149,48 +190,11 @@ def _without_grad(ctx: Any) -> Callable[[Any], bool]:
     return lambda value: not (isinstance(value, TensorProxy) and value.name in grad)
 
 
-class GradAssignmentError(NotImplementedError):
-    """``t.grad = value`` inside a jitted function on a tensor the prologue cannot fetch again (made inside it)."""
-
-
-def record_grad_assignment(tensor: WrappedValue, value: WrappedValue) -> None:
-    """Record ``tensor.grad = value`` (the interpreter's ``object.__setattr__`` lookaside, which also performs it on
-    the proxy, so later reads in the trace see it) for :func:`write_back_module_state`, which replays the last one
-    per tensor in the epilogue (:data:`SET_ATTRIBUTE` on the run's tensor) — ``optimizer.zero_grad()`` sets every
-    gradient to ``None``. Thunder 0.2.6 drops attribute writes on tensors silently.
-
-    Raises:
-        GradAssignmentError: the tensor is not reachable from the arguments (created inside the function).
-    """
-    if not dict_state.reachable(tensor.provenance):
-        raise GradAssignmentError(
-            "assigning .grad of a tensor created inside the jitted function is not supported (the epilogue can only "
-            "write tensors it fetches from the arguments); assign it outside the jitted function")
-    ctx = get_jit_ctx()
-    writes = TENSOR_ATTRIBUTE_WRITES.get(ctx)
-    if writes is None:
-        writes = {}
-        TENSOR_ATTRIBUTE_WRITES.put(ctx, writes)
-    writes[id(tensor)] = (tensor, value)  # the last assignment wins; the wrapper keeps the id taken
-
-
-def _grad_assignments(ctx: Any, epilogue_trace: TraceCtx, without_grad: Callable[[Any], bool]) -> list[Any]:
-    """:data:`SET_ATTRIBUTE` of ``grad`` for each tensor :func:`record_grad_assignment` saw assigned."""
-    writes = TENSOR_ATTRIBUTE_WRITES.get(ctx) or {}
-    bsyms = []
-    for tensor, value in writes.values():
-        proxy = Proxy(history=tensor.provenance)
-        epilogue_trace.add_name(proxy.name)
-        bsyms.append(SET_ATTRIBUTE.bind(proxy, "grad", value.value, without_grad(value.value), output=None))
-    writes.clear()
-    return bsyms
-
-
 def write_back_module_state(original: Callable[..., Any], ctx: Any, epilogue_trace: TraceCtx) -> None:
     """Stand-in for ``jit_ext.process_recorded_modifications`` (``original``): Thunder's epilogue writes, with
     buffer writes named right and reaching the original module, plus the attribute writes Thunder drops; every
     value stored with eager's autograd history (none where eager computed it without)."""
-    dropped = _dropped_attribute_writes(ctx)
+    written = _attribute_writes(ctx)  # before Thunder's pass, which then sees no attribute record
     original(ctx, epilogue_trace)
     without_grad = _without_grad(ctx)
     bsyms = []
@@ -198,21 +202,14 @@ def write_back_module_state(original: Callable[..., Any], ctx: Any, epilogue_tra
         if bsym.sym.id is PrimIDs.PACK_BUFFER:
             root, name, value = bsym.args
             bsym = SET_BUFFER.bind(root, name.lstrip("."), value, without_grad(value), output=None)
-        elif bsym.sym.id is PrimIDs.PACK_ATTR:
-            obj, name, value = bsym.args
-            bsym = SET_ATTRIBUTE.bind(obj, name, value, without_grad(value), output=None)
         bsyms.append(bsym)
     roots: dict[Any, Proxy] = {}
-    assigned = {id(tensor.provenance) for tensor, _ in (TENSOR_ATTRIBUTE_WRITES.get(ctx) or {}).values()}
-    for owner, name, value in dropped:
-        if name == "grad" and id(owner) in assigned:
-            continue  # written once, by _grad_assignments
+    for owner, name, value in written:
         if owner not in roots:
             proxy = getattr(owner, "proxy", None)
             roots[owner] = proxy if proxy is not None else Proxy(history=owner)
             if roots[owner].name not in epilogue_trace.names:
                 epilogue_trace.add_name(roots[owner].name)
         bsyms.append(SET_ATTRIBUTE.bind(roots[owner], name, value, without_grad(value), output=None))
-    bsyms += _grad_assignments(ctx, epilogue_trace, without_grad)
     epilogue_trace.bound_symbols = bsyms
     dict_state.write_back(ctx, epilogue_trace)

@@ -12,7 +12,7 @@
   of the function as an attribute of the function on its first call: traced before eager ever called it, that
   write into a function object stopped Thunder ("trying to set .__dynamo_disable"). Nothing of dynamo applies
   inside a trace: the interpreter runs the wrapped function (``__wrapped__``) directly. Its ``p.grad = None`` is
-  written back by :func:`thunder_ext.module_state.record_grad_assignment`.
+  written back as any attribute write (:mod:`thunder_ext.module_state`).
 """
 
 from __future__ import annotations

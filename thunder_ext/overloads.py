@@ -16,6 +16,11 @@ parameter of the ATen overload eager picks (``x.index_add_(0, i, s, alpha=2)``).
   (:mod:`thunder_ext.opaque_torch`, schema effects): the method-table entry of each of Thunder's in-place methods
   binds the call against the symbol's signature first and uses the symbol whenever it binds.
 
+* ``torch.cat`` (``concat``, ``concatenate``) **skips 1-D empty tensors** in eager — the legacy rule that lets
+  ``torch.cat([torch.tensor([]), x], dim=-2)`` grow a cache from nothing (``transformers``' ``DynamicCache``);
+  Thunder's ``cat`` checks every operand's rank and raises ``IndexError``. A call that mixes such tensors with
+  others of the same dtype runs Thunder's symbol on the others (:func:`_skipping_legacy_empty`).
+
 Entries replace Thunder's (interpreter lookasides of the torch functions, method-table entries of the in-place
 methods) while the patches are held (:mod:`thunder_ext._patches`); calls Thunder accepts take Thunder's path
 unchanged. Cost: one signature bind per such call, at trace time.
@@ -42,7 +47,7 @@ from .keys import python_signature
 from .opaque_torch import OpaqueTorchOp, grad_requiring, inplace_name, native_lookaside, register_opaque
 
 __all__ = ["OutShapeError", "accepts", "write_out", "refuse_under_grad", "out_functions", "memory_format_functions",
-           "lookasides", "methods"]
+           "CAT_FUNCTIONS", "lookasides", "methods"]
 
 
 class OutShapeError(NotImplementedError):
@@ -127,6 +132,35 @@ def _out_aware(original: Callable[..., Any], label: str, sym: Callable[..., Any]
     return lookaside
 
 
+def _legacy_empty(t: Any) -> bool:
+    return isinstance(t, TensorProxy) and tuple(t.shape) == (0,)
+
+
+def _skipping_legacy_empty(original: Callable[..., Any], sym: Callable[..., Any]) -> Callable[..., Any]:
+    """The lookaside of ``torch.cat`` (and its aliases): Thunder's (``original``) unless the call mixes 1-D empty
+    tensors, which eager skips, with others of the same dtype (and no ``out``) — then ``sym`` on the others."""
+    def cat(tensors: Any, dim: int = 0) -> Any:
+        return sym([t for t in tensors if not _legacy_empty(t)], dim)
+
+    skipping = native_lookaside(cat)
+
+    def lookaside(*args: Any, **kwargs: Any) -> Any:
+        tensors = unwrap(args[0] if args else kwargs.get("tensors"))
+        if unwrap(kwargs.get("out")) is None and isinstance(tensors, (list, tuple)):
+            skipped = [t for t in tensors if _legacy_empty(t)]
+            kept = [t for t in tensors if not _legacy_empty(t)]
+            if skipped and kept and all(isinstance(t, TensorProxy) for t in kept) \
+                    and {t.dtype for t in tensors} == {kept[0].dtype}:
+                return skipping(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    return lookaside
+
+
+CAT_FUNCTIONS = (torch.cat, torch.concat, torch.concatenate)
+"""The torch functions of ``cat``'s legacy rule (:func:`_skipping_legacy_empty`)."""
+
+
 def out_functions() -> dict[Callable[..., Any], Callable[..., Any]]:
     """The torch functions Thunder maps (to a symbol, or a wrapper choosing one) whose ATen op has an ``out=``
     overload."""
@@ -184,6 +218,10 @@ def lookasides(current: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[...
             table[fn] = _memory_format_aware(table.get(fn, current[fn]))
     for method in _METHODS.values():
         table[method] = native_lookaside(record_source_loc_in_symbol_header(method))
+    symbols = TORCH_FUNCTION_MAP.get()
+    for fn in CAT_FUNCTIONS:
+        if fn in current:
+            table[fn] = _skipping_legacy_empty(table.get(fn, current[fn]), symbols[fn])
     return table
 
 

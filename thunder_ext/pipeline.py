@@ -47,6 +47,7 @@ Costs: one adaptation and one graph build per call, O(bound symbols + operand us
 from __future__ import annotations
 
 import contextvars
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,7 @@ from thunder.core.proxies import Proxy, variableify
 from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
+from thunder.extend import Executor
 import thunder.executors.torch_compile as torch_compile_module
 from thunder.executors.data_dependent_partition import Node
 
@@ -189,29 +191,33 @@ def _fuse_bound_symbols(trace: TraceCtx, merge_func: Callable[[Any, Any], bool])
     strategy = get_compile_option("fusion_type", "Choose the type of fusion to use") or "consecutive"
     inductor = inductor_guard.compiles_with_inductor(merge_func)
     conjunction = is_conjunctive(merge_func)
-    token = _can_fuse_memo.set({})  # one answer per (executor, bound symbol) while this partition runs
+    runs = strategy == "consecutive" and conjunction and not inductor  # no pair to ask: the fusible runs
+    # one answer per (executor, bound symbol) while this partition runs; the runs ask each bound symbol once
+    token = _can_fuse_memo.set(_CanFuseMemo(tables=not runs))
     try:
         kept_out = _kept_out_of_regions(trace, merge_func)
-        if strategy == "consecutive" and conjunction and not inductor:
-            # no pair to ask: the regions are the fusible runs
+        if runs:
             return _runs(trace.bound_symbols, merge_func, kept_out)
         adapted = adapt(trace, input_aliases=current_input_aliases())
         program = adapted.program
         nodes = [_node(b) for b in adapted.bsyms]
         fusible = [id(b) not in kept_out and bool(merge_func(node, node)) for b, node in zip(adapted.bsyms, nodes,
                                                                                               strict=True)]
-        index = {id(inst): k for k, inst in enumerate(program.instructions)}
-
-        def can_fuse(a: Instruction, b: Instruction) -> bool:
-            return bool(merge_func(nodes[index[id(a)]], nodes[index[id(b)]]))
-
-        pairs = None if conjunction else can_fuse
         if strategy == "consecutive" and not inductor:
+            def can_fuse_at(p: int, i: int) -> bool:
+                return bool(merge_func(nodes[p], nodes[i]))
+
             # one sweep over the program with its alias classes: no dependency graph, no region composition
             members = effects.consecutive_groups(
-                program, fusible, can_fuse=pairs,
+                program, fusible, can_fuse_at=None if conjunction else can_fuse_at,
                 effects=[inst.effects or effects.OPAQUE for inst in program.instructions])
         else:
+            index = {id(inst): k for k, inst in enumerate(program.instructions)}
+
+            def can_fuse(a: Instruction, b: Instruction) -> bool:
+                return bool(merge_func(nodes[index[id(a)]], nodes[index[id(b)]]))
+
+            pairs = None if conjunction else can_fuse
             graph = DependencyGraph.build(program)
             members = partition_members(graph, fusible, strategy=strategy,  # type: ignore[arg-type]  # checked there
                                         can_fuse=pairs)
@@ -245,7 +251,7 @@ def _runs(bsyms: Sequence[BoundSymbol], merge_func: Callable[[Any, Any], bool],
             ret = [[b]]
         else:
             node = _node(b)
-            if id(b) not in kept_out and merge_func(node, node):
+            if (not kept_out or id(b) not in kept_out) and merge_func(node, node):
                 run.append(b)
                 continue
             if run:
@@ -476,13 +482,39 @@ def _refused_ids() -> frozenset[Any]:
     return ids
 
 
-_can_fuse_memo: contextvars.ContextVar[dict[int, dict[int, bool]] | None] = contextvars.ContextVar(
+class _CanFuseMemo:
+    """The executor's ``can_fuse`` answers while one :func:`fuse_bound_symbols` runs (:data:`_can_fuse_memo`).
+
+    * The last answer (``executor``, ``bsym``, ``answer``): a merge predicate asks about both nodes of
+      ``merge(node, node)``, the same bound symbol twice in a row; one identity test answers the second call.
+    * ``tables`` (``None`` where every bound symbol is asked about once, the fusible runs): answers by
+      ``id(executor)`` then ``id(bsym)`` (both alive for the whole call, so the ids are stable), for a partitioner
+      that asks pairs along the edges (each bound symbol again per edge).
+    * ``inside``: a bound symbol's answer is being computed; Thunder's ``can_fuse`` recurses through its subsymbols
+      (asked once per walk, and the walk is memoized above), so they are answered without a memo (an entry per
+      subsymbol cost more than the walk it saves on shallow symbols). Mostly the replacement walks them itself
+      and is not asked; only Thunder's own recursion (a refused symbol's closer look, an executor the walk does
+      not cover) comes back with the memo inside.
+
+    Holds the last bound symbol (so ``is`` is an identity test of a live object), never a trace."""
+
+    __slots__ = ("executor", "bsym", "answer", "inside", "tables")
+
+    def __init__(self, *, tables: bool) -> None:
+        self.executor: Any = None
+        self.bsym: Any = None
+        self.answer = False
+        self.inside = False
+        self.tables: dict[int, dict[int, bool]] | None = {} if tables else None
+
+
+_can_fuse_memo: contextvars.ContextVar[_CanFuseMemo | None] = contextvars.ContextVar(
     "thunder_effects_can_fuse_memo", default=None
 )
-"""While :func:`fuse_bound_symbols` runs (so only while the pipeline is active): the executor's answer per bound
-symbol, by ``id(executor)`` then ``id(bsym)`` (both alive for the whole call, so the ids are stable). The merge
-predicate asks ``can_fuse`` about each bound symbol twice (both nodes of ``merge(node, node)``) and again for every
-pair the partitioner checks, and Thunder's ``can_fuse`` walks the subsymbols each time."""
+"""While :func:`fuse_bound_symbols` runs (so only while the pipeline is active): the executor's answers
+(:class:`_CanFuseMemo`). The merge predicate asks ``can_fuse`` about each bound symbol twice (both nodes of
+``merge(node, node)``) and, on the paths that ask pairs, again for every pair the partitioner checks; Thunder's
+``can_fuse`` walks the subsymbols each time."""
 
 
 def can_fuse(original: Callable[..., bool], self: Any, bsym: BoundSymbol) -> bool:
@@ -495,43 +527,87 @@ def can_fuse(original: Callable[..., bool], self: Any, bsym: BoundSymbol) -> boo
     (Thunder's ``can_fuse`` recurses through it): one set test before Thunder's answer for every other symbol,
     the answer memoized while :func:`fuse_bound_symbols` runs (:data:`_can_fuse_memo`; the patch is
     :func:`_can_fuse_replacement`, one frame per memoized call)."""
-    memo = _can_fuse_memo.get()
-    if memo is None:
+    if _can_fuse_memo.get() is None:
         return _can_fuse(original, self, bsym)
-    table = memo.get(id(self))
-    if table is None:
-        table = memo[id(self)] = {}
-    found = table.get(id(bsym))
-    if found is None:
-        found = table[id(bsym)] = _can_fuse(original, self, bsym)
-    return found
+    return _can_fuse_replacement(original)(self, bsym)
 
 
 def _can_fuse_replacement(original: Callable[..., bool]) -> Callable[..., bool]:
     """What replaces ``TorchCompileExecutor.can_fuse`` (see :func:`thunder_ext._patches.guarded`): the memo first
-    (set only inside :func:`fuse_bound_symbols`, which runs only while the pipeline is active), then the guard."""
+    (set only inside :func:`fuse_bound_symbols`, which runs only while the pipeline is active), then the guard.
+    Under the memo the kept-out test of :func:`_can_fuse` is the partitioner's own (a kept-out bound symbol is not
+    fusible there), so a symbol outside the refused ids is answered by Thunder's ``can_fuse`` alone."""
     memo_var, active = _can_fuse_memo, state.active
+    walks = original is Executor.can_fuse
+    walkable: dict[type, bool] = {}
+
+    def walk(self: Any, bsym: BoundSymbol, implmap: dict[Any, Any], refused: frozenset[Any]) -> bool:
+        """``Executor.can_fuse(self, bsym)`` under the memo, with Thunder's ``can_execute`` inlined and its
+        recursion (``self.can_fuse(subsymbol)``, which comes back here with the memo ``inside``) made directly:
+        one frame per symbol instead of four (for an executor whose ``can_execute`` and ``implmap`` are
+        Thunder's: :func:`_walkable`)."""
+        sym = bsym.sym
+        if sym.id in refused:
+            return _can_fuse(original, self, bsym)
+        if sym.is_fusion:
+            return False
+        impl = implmap.get(sym.id)
+        if impl is not None and (impl.checker is None or impl.checker(*bsym.args, **bsym.kwargs)):
+            return True
+        subsymbols = bsym.subsymbols
+        if len(subsymbols) == 0:
+            return False
+        for sub in subsymbols:
+            if not walk(self, sub, implmap, refused):
+                return False
+        return True
 
     def replacement(self: Any, bsym: BoundSymbol) -> bool:
         memo = memo_var.get()
-        if memo is not None:
-            table = memo.get(id(self))
+        if memo is None:
+            if active():
+                return _can_fuse(original, self, bsym)
+            return original(self, bsym)
+        if bsym is memo.bsym and self is memo.executor:
+            return memo.answer
+        inside, tables = memo.inside, memo.tables
+        table = None
+        if tables is not None and not inside:
+            table = tables.get(id(self))
             if table is None:
-                table = memo[id(self)] = {}
-            key = id(bsym)
-            found = table.get(key)
-            if found is None:
-                size, refused = _refused
-                if bsym.sym.id in refused or size != len(_backward_impls or ()):
-                    found = table[key] = _can_fuse(original, self, bsym)
-                else:
-                    found = table[key] = bool(original(self, bsym))
-            return found
-        if active():
-            return _can_fuse(original, self, bsym)
-        return original(self, bsym)
+                table = tables[id(self)] = {}
+            found = table.get(id(bsym))
+            if found is not None:
+                return found
+        size, refused = _refused
+        closer = bsym.sym.id in refused or size != len(_backward_impls or ())
+        if inside:  # a subsymbol of the bound symbol being answered
+            return _can_fuse(original, self, bsym) if closer else original(self, bsym)
+        memo.inside = True
+        try:
+            if closer:
+                found = _can_fuse(original, self, bsym)
+            else:
+                kind = type(self)
+                fast = walkable.get(kind)
+                if fast is None:
+                    fast = walkable[kind] = walks and _walkable(kind)
+                found = walk(self, bsym, self.implmap, refused) if fast else bool(original(self, bsym))
+        finally:
+            memo.inside = False
+        if table is not None:
+            table[id(bsym)] = found
+        memo.executor, memo.bsym, memo.answer = self, bsym, found
+        return found
 
     return replacement
+
+
+def _walkable(kind: type) -> bool:
+    """Whether executors of class ``kind`` answer ``can_fuse`` with Thunder's own ``Executor.can_execute`` and
+    ``implmap`` (so :func:`_can_fuse_replacement` may walk the subsymbols itself)."""
+    return (getattr(kind, "can_execute", None) is Executor.can_execute
+            and inspect.getattr_static(kind, "implmap", None) is inspect.getattr_static(Executor, "implmap"))
 
 
 can_fuse.replacement = _can_fuse_replacement  # type: ignore[attr-defined]

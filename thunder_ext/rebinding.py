@@ -32,8 +32,7 @@ import torch
 from effects import make_effects
 
 from thunder.core.compile_data import get_compile_data
-from thunder.core.interpreter import (INTERPRETER_SIGNALS, WrappedValue, do_raise, get_interpreterruntimectx, unwrap,
-                                      wrap_const)
+from thunder.core.interpreter import INTERPRETER_SIGNALS, WrappedValue, get_interpreterruntimectx, unwrap, wrap_const
 from thunder.core.prims import OpTags
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx
@@ -41,7 +40,6 @@ from thunder.core.transforms import get_grad, put_grad, register_grad
 
 from ._thunder import REBOUND
 from .functionalize import differentiated
-from .module_state import GradAssignmentError, record_grad_assignment
 from .opaque_torch import METADATA_METHODS, OpaqueTorchOp, executor, native_lookaside, opaque_method, operator_for
 
 __all__ = ["StaleTensorError", "MetadataUnderAutogradError", "DataUnderAutogradError", "refuse_under_autograd",
@@ -136,19 +134,13 @@ register_grad(SET_DATA, _set_data_grad)
 
 def _data_assignment(original: Callable[..., Any]) -> Callable[..., Any]:
     """The interpreter's lookaside for ``object.__setattr__`` (``original``), with ``.data`` of a tensor recorded as
-    :data:`SET_DATA` and the tensor rebound, and ``.grad`` of a tensor recorded for the epilogue
-    (:func:`thunder_ext.module_state.record_grad_assignment`)."""
+    :data:`SET_DATA` and the tensor rebound."""
     set_data = rebinding_lookaside(SET_DATA, ".data =", operand=0)
 
     def setattr_lookaside(obj: Any, name: Any, value: Any) -> Any:
         if isinstance(unwrap(obj), TensorProxy) and unwrap(name) == "data":
             result = set_data(obj, value)
             return result if result is INTERPRETER_SIGNALS.EXCEPTION_RAISED else wrap_const(None)
-        if isinstance(unwrap(obj), TensorProxy) and unwrap(name) == "grad":
-            try:
-                record_grad_assignment(obj, value)
-            except GradAssignmentError as error:
-                return do_raise(error)
         return original(obj, name, value)
 
     return setattr_lookaside

@@ -22,7 +22,8 @@ cache                                    key
 =======================================  =======================================================================
 :class:`_Resolved` on the bound symbol   the bound symbol, while its symbol, arguments, output and subsymbols are
 (:data:`thunder_ext._thunder.RESOLVED`)  the same objects (Thunder replaces those fields rather than mutating
-                                         them; DCE reassigns ``subsymbols``)
+                                         them; DCE reassigns ``subsymbols``); it also keeps the adapter's
+                                         instruction (``_Resolved.adapted``, :mod:`thunder_ext.adapter`)
 declared effects per symbol key          the implementation or symbol key; a constant-dependent declaration
                                          (:class:`effects.DependentEffects`: ``skip_clone``, the process group)
                                          answers per bound symbol, cached on its constants' values
@@ -64,11 +65,12 @@ def _widen_aliases(eff: Effects, num_outputs: int) -> Effects:
                    uncapturable=eff.uncapturable)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Resolved:
     """The resolution of one bound symbol, kept on it: valid while the registry is at the same generation and
     the bound symbol still has the same symbol, arguments, output and subsymbols (Thunder replaces those fields
-    rather than mutating them; DCE reassigns ``subsymbols``)."""
+    rather than mutating them; DCE reassigns ``subsymbols``). Its fields are never reassigned, except
+    :attr:`adapted`, which the adapter fills once."""
 
     registry: effects.Registry
     generation: int
@@ -79,6 +81,8 @@ class _Resolved:
     subsymbols: Sequence[BoundSymbol]
     operands: tuple[Operand, ...]
     effects: Effects
+    adapted: Any = None
+    """What :mod:`thunder_ext.adapter` derives from this resolution alone (its instruction), valid as long as it."""
 
     def still_valid(self, bsym: BoundSymbol, registry: Registry, generation: int) -> bool:
         return (self.registry is registry and self.generation == generation and self.sym is bsym.sym
@@ -138,9 +142,15 @@ class Resolver:
         return None
 
     def resolve(self, bsym: BoundSymbol) -> tuple[tuple[Operand, ...], Effects]:
+        """``(operands, effects)`` of ``bsym``."""
+        record = self.record(bsym)
+        return record.operands, record.effects
+
+    def record(self, bsym: BoundSymbol) -> _Resolved:
+        """The resolution of ``bsym`` kept on it (made now unless a valid one is there)."""
         hit = RESOLVED.get(bsym)
         if hit is not None and hit.still_valid(bsym, self.registry, self.generation):
-            return hit.operands, hit.effects
+            return hit
         operands, bound = operands_of(bsym)
         declared = self.declared(bsym)
         if isinstance(declared, DependentEffects):  # per call, from its constants (cached on their values)
@@ -160,9 +170,10 @@ class Resolver:
         else:
             eff = declared if declared is not None else OPAQUE
             eff = _widen_aliases(eff, len(proxy_out_names(bsym)))
-        RESOLVED.put(bsym, _Resolved(self.registry, self.generation, bsym.sym, bsym.args, bsym.kwargs,
-                                     bsym.output, bsym.subsymbols, operands, eff))
-        return operands, eff
+        record = _Resolved(self.registry, self.generation, bsym.sym, bsym.args, bsym.kwargs, bsym.output,
+                           bsym.subsymbols, operands, eff)
+        RESOLVED.put(bsym, record)
+        return record
 
     def _structure(self, bsym: BoundSymbol, operands: Sequence[Operand], declared: Effects | None) -> Hashable:
         """Everything the effects of a composite depend on, with value names replaced by their order of first

@@ -179,16 +179,30 @@ def test_consecutive_groups_match_the_graph_partition(program, data):
             return pair not in refused
         return can_fuse
 
-    via_graph, via_sweep = [], []
+    def asking_at(log):
+        def can_fuse_at(p, i):
+            log.append((p, i))
+            return (p, i) not in refused
+        return can_fuse_at
+
+    via_graph, via_sweep, by_index = [], [], []
     expected = partition(graph, lambda inst: fus[index[id(inst)]], strategy="consecutive", can_fuse=asking(via_graph))
     got = consecutive_groups(program, fus, can_fuse=asking(via_sweep), registry=reg)
     assert got == members(expected)
     assert via_sweep == via_graph
+    assert consecutive_groups(program, fus, can_fuse_at=asking_at(by_index), registry=reg) == got
+    assert by_index == via_graph
     # every pair asked is a dependency edge inside the run
     edges = {(e.src, e.dst) for e in graph.edges}
     assert set(via_sweep) <= edges
     assert consecutive_groups(program, fus, registry=reg) == members(
         partition(graph, lambda inst: fus[index[id(inst)]], strategy="consecutive"))
+
+
+def test_consecutive_groups_take_one_pair_predicate(reg):
+    program = Program((I("add", "x", 1, out="a"), I("add", "a", 1, out="b")), ("x",), ("b",))
+    with pytest.raises(ValueError, match="not both"):
+        consecutive_groups(program, fusible, can_fuse=lambda a, b: True, can_fuse_at=lambda p, i: True, registry=reg)
 
 
 def test_consecutive_groups_ask_about_effect_edges(reg):

@@ -128,3 +128,31 @@ def test_a_composite_has_the_effects_its_decomposition_has_as_one_region():
                 assert composite.access(positions[0]) == region.access(k), (bsym.sym.name, value)
                 compared += 1
     assert compared > 20, compared
+
+
+def test_a_symbol_handing_back_a_defined_value_gets_a_fresh_renamed_view_each_adaptation():
+    """The instruction kept on a bound symbol (``_Resolved.adapted``) is used only where none of its outputs is
+    defined yet; otherwise the output is renamed and declared a view of the operand it repeats, every time."""
+
+    def f(a):
+        return a * 2
+
+    first, _ = first_and_last(f, torch.ones(3))
+    mul = next(b for b in first.bound_symbols if b.subsymbols or b.sym.name == "mul")
+    (out,) = mul.flat_proxy_outs
+    (arg,) = mul.flat_proxy_args
+    plain = adapter.adapt_bsyms([mul], args=[arg]).program.instructions[0]
+    assert plain.outputs == (out.name,) and not plain.effects.aliases
+    # the same bound symbol where its output is already a program input: renamed (fresh: it repeats no operand)
+    clash = adapter.adapt_bsyms([mul], args=[arg, out]).program.check().instructions[0]
+    assert clash.outputs == (f"{out.name}@0.0",)
+    assert clash is not plain
+    again = adapter.adapt_bsyms([mul], args=[arg]).program.instructions[0]
+    assert again is plain  # immutable: the adaptations of one compilation share it
+    # a bound symbol whose output is its own operand: a fresh value declared a view of that operand, every time
+    with thunder.core.trace.tracectx(first):
+        echo = mul.from_bsym(output=arg)
+    for _ in range(2):
+        inst = adapter.adapt_bsyms([echo], args=[arg]).program.check().instructions[0]
+        assert inst.outputs == (f"{arg.name}@0.0",)
+        assert any(a.output == 0 and a.operand == 0 for a in inst.effects.aliases)

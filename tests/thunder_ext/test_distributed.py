@@ -28,6 +28,10 @@ if not dist.is_available() or not dist.is_gloo_available():
 import dist_programs  # noqa: E402
 from gloo_ranks import GlooRanks  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("gloo_ranks")
+"""Under the README's ``-n auto`` (with ``--dist loadgroup`` from pyproject) this module runs on one worker, so its
+module-scoped pool of rank processes starts once."""
+
 
 @pytest.fixture(scope="module")
 def ranks():
@@ -36,12 +40,17 @@ def ranks():
     pool.close()
 
 
-ALL_CONFIGS = tuple(dist_programs.CONFIGS)
+DEFAULT_CONFIGS = ("torch", "torchcompile-nocomm")
+"""Run by default: collectives between torch-executor ops, and outside fusion regions (where their order is ours to
+keep); the other configurations (collectives inside torch.compile regions, dataflow fusion) are ``slow``."""
+OTHER_CONFIGS = tuple(config for config in dist_programs.CONFIGS if config not in DEFAULT_CONFIGS)
 
 
+@pytest.mark.parametrize("configs", [pytest.param(DEFAULT_CONFIGS, id="default-configs"),
+                                     pytest.param(OTHER_CONFIGS, id="other-configs", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", sorted(dist_programs.PROGRAMS))
-def test_program_matches_eager_on_every_rank(ranks, name):
-    reports = ranks.run(dist_programs.check_program, name, ALL_CONFIGS)
+def test_program_matches_eager_on_every_rank(ranks, name, configs):
+    reports = ranks.run(dist_programs.check_program, name, configs)
     failures = {f"rank {r} {config}": found for r, report in enumerate(reports)
                 for config, found in report.items() if found}
     assert failures == {}

@@ -183,3 +183,31 @@ def test_conjunctive_and_pairwise_predicates_give_the_same_groups(effect_compile
     assert len(asked) < pairs
     assert all(a is b for a, b in asked)  # a conjunctive predicate is asked about single nodes only
     assert pipeline._can_fuse_memo.get() is None
+
+
+@pytest.mark.parametrize("tables", [False, True])
+@pytest.mark.parametrize("refuse_copy", [False, True])
+def test_memoized_can_fuse_answers_as_thunder_does(effect_compile, monkeypatch, tables, refuse_copy):
+    """Under the partition's memo, ``TorchCompileExecutor.can_fuse`` (the last answer, the tables, Thunder's
+    ``can_fuse`` walked inline) answers what the stand-in answers without it, for every bound symbol and subsymbol
+    and when asked twice in a row — also when a refused symbol (here ``prims.copy_``) is only a subsymbol."""
+    from thunder.core.prims import PrimIDs
+    from thunder.extend import Executor
+
+    assert pipeline._walkable(torch_compile.TorchCompileExecutor)
+    if refuse_copy:
+        monkeypatch.setattr(pipeline, "_torch_autograd_fallbacks", lambda: frozenset({PrimIDs.COPY_}))
+        monkeypatch.setattr(pipeline, "_refused", (-1, frozenset()))
+        pipeline._refused_ids()
+    fused = torch_compile_ex.fusion_pass(effect_compile)
+    bsyms = list(_walk([*effect_compile.bound_symbols, *fused.bound_symbols]))
+    want = [pipeline._can_fuse(Executor.can_fuse, torch_compile_ex, b) for b in bsyms]
+    token = pipeline._can_fuse_memo.set(pipeline._CanFuseMemo(tables=tables))
+    try:
+        got = [torch_compile_ex.can_fuse(b) for b in bsyms for _ in range(2)]
+    finally:
+        pipeline._can_fuse_memo.reset(token)
+    assert got == [w for w in want for _ in range(2)]
+    in_place = [w for b, w in zip(bsyms, want, strict=True) if b.sym.name == "add_"]
+    assert in_place and all(w is not refuse_copy for w in in_place)  # add_ is add then copy_
+    assert any(b.sym.is_fusion for b in bsyms) and True in want

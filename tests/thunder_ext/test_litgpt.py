@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("thunder")
-litgpt = pytest.importorskip("litgpt")
 
 import torch  # noqa: E402
 
@@ -26,6 +25,7 @@ EXECUTORS = {"default": None, "torch": ["torch"], "torchcompile": ["torchcompile
 
 
 def tiny_gpt() -> torch.nn.Module:
+    litgpt = pytest.importorskip("litgpt")  # here, not at collection: importing litgpt takes ~8 s of CPU per process
     torch.manual_seed(0)
     config = litgpt.Config.from_name("pythia-14m", n_layer=2, n_embd=32, n_head=4, block_size=32,
                                      vocab_size=VOCAB, padded_vocab_size=VOCAB)

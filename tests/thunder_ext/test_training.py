@@ -38,8 +38,16 @@ def test_gradient_matrix_torch_executor(case: Case):
     assert mismatches(case, _jit(executors=["torch"])) == []
 
 
-@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
-@pytest.mark.parametrize("name", TORCHCOMPILE_SUBSET)
+def _subset_cells():
+    """Each case of the subset under both fusion types; by default under one (alternating, so both are covered),
+    the other ``slow``."""
+    for i, name in enumerate(TORCHCOMPILE_SUBSET):
+        for j, fusion_type in enumerate(("consecutive", "dataflow")):
+            yield pytest.param(name, fusion_type, id=f"{name}-{fusion_type}",
+                               marks=() if (i + j) % 2 == 0 else pytest.mark.slow)
+
+
+@pytest.mark.parametrize("name,fusion_type", _subset_cells())
 def test_gradient_matrix_torchcompile_subset(name: str, fusion_type: str):
     assert mismatches(BY_NAME[name], _jit(executors=["torchcompile"], fusion_type=fusion_type)) == []
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("thunder")
-transformers = pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
@@ -21,6 +20,7 @@ LABELS = 4
 
 
 def tiny_resnet() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    transformers = pytest.importorskip("transformers")  # here, not at collection (seconds of CPU per process)
     torch.manual_seed(0)
     config = transformers.ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
                                        layer_type="basic", num_labels=LABELS)

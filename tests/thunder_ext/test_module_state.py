@@ -1,0 +1,120 @@
+"""Attributes a jitted call assigns are written back with their *final* values (:mod:`thunder_ext.module_state`):
+numbers, strings, ``None``, dtypes and devices as well as tensors; an attribute the call restores keeps its value
+(stock Thunder replays the first assignment); a value the epilogue cannot carry is a typed error naming the
+attribute. (The catalog's tensor cases are in ``test_eager_semantics``; these are the state patterns of
+``transformers``' caches and output collectors.)"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("thunder")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+import thunder  # noqa: E402
+import thunder_ext  # noqa: E402
+
+
+class Transient(nn.Module):
+    """Sets a collector and a flag for the duration of the call, then restores both (``transformers``'
+    ``CompileableContextVar`` under a compiler)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collector = None
+        self.active = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.collector, self.active = {"seen": []}, True
+        y = x * 2
+        self.collector, self.active = None, False
+        return y
+
+
+class LazyState(nn.Module):
+    """Allocates its state on the first call, recording its dtype, size and a flag (``transformers``'
+    ``StaticLayer.lazy_initialization``); later calls accumulate into it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.ready:
+            self.total = torch.zeros(x.shape, dtype=x.dtype)
+            self.dtype, self.size, self.kind, self.ready = x.dtype, x.shape[0], "sum", True
+        self.total.add_(x)
+        return self.total * 1
+
+
+class Outer(nn.Module):
+    """The same state one module down (Thunder proxies a submodule's ``__dict__``, not the root's)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+
+def _owner(model: nn.Module) -> nn.Module:
+    return model.inner if isinstance(model, Outer) else model
+
+
+EXECUTORS = [pytest.param(["torch"], id="torch"), pytest.param(["torchcompile"], id="torchcompile",
+                                                               marks=pytest.mark.slow)]  # 10-30 s on 2 cores
+NESTING = [pytest.param(lambda m: m, id="root"), pytest.param(Outer, id="submodule")]
+
+
+@pytest.mark.parametrize("nest", NESTING)
+@pytest.mark.parametrize("executors", EXECUTORS)
+def test_attributes_the_call_restores_keep_their_values(executors, nest):
+    model = nest(Transient())
+    jitted = thunder_ext.jit(model, executors=executors)
+    x = torch.arange(3.0)
+    for _ in range(2):
+        torch.testing.assert_close(jitted(x), x * 2)
+        assert _owner(model).collector is None and _owner(model).active is False
+    assert thunder.cache_misses(jitted) == 1
+
+
+@pytest.mark.parametrize("nest", NESTING)
+@pytest.mark.parametrize("executors", EXECUTORS)
+def test_state_initialised_inside_the_call_is_written_back_as_eager_stores_it(executors, nest):
+    eager, model = nest(LazyState()), nest(LazyState())
+    jitted = thunder_ext.jit(model, executors=executors)
+    for k in range(3):
+        x = torch.full((3,), float(k + 1))
+        torch.testing.assert_close(jitted(x), eager(x))
+        state = _owner(model)
+        assert (state.ready, state.dtype, state.size, state.kind) == (True, torch.float32, 3, "sum")
+        assert type(state.dtype) is torch.dtype and type(state.size) is int
+        torch.testing.assert_close(state.total, _owner(eager).total)
+    assert thunder.cache_misses(jitted) == 2  # initialising; every call after it
+
+
+def test_stock_thunder_drops_or_fails_on_these_writes():
+    """Stock Thunder (0.2.6) drops the number attributes (every call initialises again: wrong values), and
+    replays a submodule's first recorded assignment (the dict), which it cannot. When this fails, Thunder changed:
+    revisit :mod:`thunder_ext.module_state`."""
+    eager, model = LazyState(), LazyState()
+    jitted = thunder.jit(model, executors=["torch"])
+    got = [jitted(torch.ones(3)) for _ in range(2)]
+    expected = [eager(torch.ones(3)) for _ in range(2)]
+    assert model.ready is False and not torch.equal(got[1], expected[1])
+    with pytest.raises(AssertionError, match="collector"):
+        thunder.jit(Outer(Transient()), executors=["torch"])(torch.arange(3.0))
+
+
+class KeepsAList(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.history = [x]
+        return x + 1
+
+
+def test_a_value_the_epilogue_cannot_carry_is_a_typed_error():
+    with pytest.raises(NotImplementedError, match=r"'history' \(left holding a list\)"):
+        thunder_ext.jit(KeepsAList(), executors=["torch"])(torch.arange(3.0))
