@@ -13,7 +13,8 @@ patched name(s)                                   stand-in
 ``transforms.cudagraph.fuse_bound_symbols``       import it at call time, the CUDA graph transform at import)
 ``transform_common.dce`` and its imports in       :func:`pipeline.dce`
 ``thunder``, ``executors.passes``,
-``executors.torch_compile``, ``nvfuserex_impl``
+``executors.torch_compile``, ``nvfuserex_impl``,
+``transforms.autodiff``, ``core.transforms``
 ``rematerialization.rematerialize`` and its       :func:`pipeline.rematerialize`
 imports in ``torch_compile``, ``nvfuserex_impl``
 ``rematerialization.find_cut``                    :func:`pipeline.find_cut`
@@ -57,6 +58,8 @@ shadows the builtin there)                        paths through tensor keys by t
                                                   spells its key's path: distinct names per parameter's state)
 ``transforms._grad_fn_map[sym_id]``               gradient rules Thunder gets wrong (:mod:`thunder_ext.grad_fixes`)
 ``transforms.put_grads``                          :func:`grad_fixes.put_grads` (a 0-dim operand's gradient summed)
+``autodiff.split_into_forward_and_backward``      :func:`split.split_into_forward_and_backward` (side effects of
+                                                  the forward stay in the forward)
 ================================================  ===========================================================
 
 :func:`apply` refuses to patch when a target is no longer the function this module expects (Thunder changed, or
@@ -96,14 +99,15 @@ import thunder.executors.passes as passes
 import thunder.executors.torch_compile as torch_compile
 import thunder.executors.utils as executor_utils
 import thunder.torch as ltorch
+import thunder.transforms.autodiff as autodiff
 import thunder.transforms.cudagraph as cudagraph
 import torch.distributed
 
 from thunder.core.compile_data import get_compile_data
 
 from . import (_thunder_fast, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize, module_state,
-               dict_state, opaque_torch, optimizers, overloads, pipeline, profiler, rebinding, seeding, state,
-               transformers_compat)
+               dict_state, opaque_torch, optimizers, overloads, pipeline, profiler, rebinding, seeding, split,
+               state, transformers_compat)
 from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
                        UPDATE_FUSION_CALL_CTX)
 from .grad_fixes import GRAD_FIXES, put_grads
@@ -212,6 +216,8 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
                                           effect_cudagraph.transform_trace_post_optimization),
     LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
     "put_grads": (thunder_transforms.put_grads, put_grads),
+    "split_into_forward_and_backward": (autodiff.split_into_forward_and_backward,
+                                        split.split_into_forward_and_backward),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, module_state.write_back_module_state),
     **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),
     "sorted": (sorted, dict_state.sorted_by_proxy_names),
@@ -235,6 +241,8 @@ def _build_patches() -> tuple[Patch, ...]:
         patch(thunder, "dce"),
         patch(passes, "dce"),
         patch(torch_compile, "dce"),
+        patch(autodiff, "dce"),
+        patch(thunder_transforms, "dce"),
         patch(remat_mod, "rematerialize"),
         patch(torch_compile, "rematerialize"),
         patch(remat_mod, "find_cut"),
@@ -246,6 +254,7 @@ def _build_patches() -> tuple[Patch, ...]:
         patch(cudagraph.CUDAGraphTransform, "transform_trace_post_optimization"),
         patch(ltorch, LTORCH_COPY.name),
         patch(thunder_transforms, "put_grads"),
+        patch(autodiff, "split_into_forward_and_backward"),
         patch(jit_ext, "process_recorded_modifications"),
         Patch(jit_ext, "sorted", ABSENT, replacements["sorted"]),  # shadows the builtin in that module only
         patch(jit_ext, NAME_POSTFIX.name),
@@ -315,6 +324,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "_copy_": ("a", "b"),
     "process_recorded_modifications": ("ctx", "epilogue_trace"),
     "put_grads": ("a", "g"),
+    "split_into_forward_and_backward": ("joint_trace",),
     "sort_waits": ("execution_trace",),
     "sorted": ("iterable", "key", "reverse"),
     "_infer_name_postfix_from_provenance": ("pr",),

@@ -22,14 +22,15 @@ name                                                  used by          for
                                                                        (new entries added by the patches)
 ``thunder.core.jit_ext._general_jit_lookaside_map``   _patches         interpreter lookasides (new entries)
 ``thunder.executors.passes._update_fusion_call_ctx``  _patches         patched (fusion call-context cache)
-``thunder.core.transforms._grad_fn_map``              _patches         gradient rules (corrected entries,
-                                                                       :mod:`thunder_ext.grad_fixes`)
+``thunder.core.transforms._grad_fn_map``              _patches,        gradient rules (corrected entries,
+                                                      grad_fixes       :mod:`thunder_ext.grad_fixes`)
 ``thunder.torch._copy_``                              opaque_torch,    ltorch's in-place write (``copy_`` with
                                                       _patches         Thunder's dtype conversion); patched
                                                                        (eager's result-type rule)
 ``thunder.core.jit_ext._infer_name_postfix_from_pro…  _patches         patched: a tensor-keyed subscript spells
                                                                        its key's path (dict_state)
 ``thunder.core.interpreter._interpret_call``          batch_norm,      interprets a function from a lookaside
+                                                      optimizers,
                                                       transformers_compat
 ``JitCtx._additional_outputs``                        module_state     the interpreter's record of assignments
                                                                        to Python objects (module attributes)
@@ -164,7 +165,7 @@ PROPERTY_TABLE = Private("thunder.torch.langctx", "_property_name_to_fn_map", Ki
                          "the Tensor properties of the torch language context; new entries for missing ones")
 LOOKASIDE_TABLE = Private("thunder.core.jit_ext", "_general_jit_lookaside_map", Kind.MODULE, ("_patches",),
                           "the interpreter's lookasides; new entries for torch functions without a symbol")
-GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE, ("_patches", "opaque_torch"),
+GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE, ("_patches", "opaque_torch", "grad_fixes"),
                      "symbol id -> gradient rule; entries replaced for rules Thunder gets wrong (grad_fixes)")
 LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch", "_patches"),
                       "ltorch's in-place write: Thunder's own in-place ops are copy_(self, functional(self, ...)); "
@@ -172,7 +173,7 @@ LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch", "
 NAME_POSTFIX = Private("thunder.core.jit_ext", "_infer_name_postfix_from_provenance", Kind.MODULE, ("_patches",),
                        "names proxied inputs after their access path; patched to spell tensor-keyed subscripts")
 INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE,
-                         ("batch_norm", "transformers_compat"),
+                         ("batch_norm", "optimizers", "transformers_compat"),
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
 ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs", Kind.FIELD, ("module_state",),
                              "the interpreter's record of assignments to Python objects (module attributes)")

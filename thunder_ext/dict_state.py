@@ -170,12 +170,19 @@ def _unwrap_value(w: Any) -> Any:
 
 
 def _contains(d: WrappedValue, key: WrappedValue) -> Any:
+    """``key in d``: the key set is guarded, the answer is ``d``'s (a tensor key by identity). Thunder's own ``in``
+    first wraps every item of ``d`` (``track_items``), so the prologue fetched and checked every tensor value of a
+    dict asked only about a key, and the wrapping ran over the live dict: a weak-reference registry that loses
+    entries when the collector runs (torch._dynamo's ``ExactWeakKeyDictionary``, which ``nn.Module.__init__`` writes
+    once torch.compile has run: a litgpt forward builds an ``nn.Identity``) raised "dictionary changed size during
+    iteration" when a collection fell inside that loop."""
     _guard(d)
     tensor = _tensor_key(key)
-    if tensor is None:
-        return default_lookaside(dict.__contains__)(d, key)
-    return wrap(tensor in d.value, provenance=ProvenanceRecord(PseudoInst.CONTAINS_OP,
-                                                               inputs=[d.provenance, key.provenance]))
+    try:
+        found = (tensor if tensor is not None else key.value) in d.value
+    except Exception as e:
+        return do_raise(e)
+    return wrap(found, provenance=ProvenanceRecord(PseudoInst.CONTAINS_OP, inputs=[d.provenance, key.provenance]))
 
 
 def _get(d: WrappedValue, key: WrappedValue, default: Any = None) -> Any:

@@ -32,6 +32,11 @@ acquired computation trace with :func:`effects.functionalize`, before anything e
      "a leaf Variable that requires grad is being used in an in-place operation" (before its data changes), a
      non-leaf's ``grad_fn`` becomes the copy's, and a returned value that *is* the input is the input object.
 
+5. **Outputs without grad.** Thunder connects every output of a differentiated computation to autograd; a floating
+   value eager would hold without history (computed under no-grad — optimizer state a training step creates — or
+   from nothing that requires grad) is detached in the epilogue (:data:`DETACH_OUTPUT`), before it is returned or
+   stored.
+
 A tensor saved for backward and mutated later gets the mathematically correct gradient (the functional program
 saves the value it read), where eager raises "one of the variables needed for gradient computation has been
 modified by an inplace operation".
@@ -66,7 +71,8 @@ from .adapter import AdaptedTrace, adapt_bsyms
 from .resolve import bsym_effects
 from .state import record_epilogue_writes
 
-__all__ = ["ThunderRules", "functionalize_for_grad", "Writeback", "NO_GRAD_UPDATE", "WRITEBACK", "STORED"]
+__all__ = ["ThunderRules", "functionalize_for_grad", "Writeback", "NO_GRAD_UPDATE", "WRITEBACK", "DETACH_OUTPUT",
+           "STORED"]
 
 
 # --- the two symbols functionalization adds ------------------------------------------------------------------
@@ -128,7 +134,11 @@ def _alias_index_meta(*members: TensorProxy) -> tuple[TensorProxy, ...]:
     return tuple(TensorProxy(like=m, dtype=thunder.dtypes.int64, requires_grad=False) for m in members)
 
 
-def _make_operators() -> tuple[Symbol, Symbol]:
+def _detach_meta(t: TensorProxy) -> TensorProxy:
+    return TensorProxy(like=t, requires_grad=False)
+
+
+def _make_operators() -> tuple[Symbol, Symbol, Symbol]:
     from .opaque_torch import executor
 
     writeback = executor.register_operator(
@@ -137,10 +147,12 @@ def _make_operators() -> tuple[Symbol, Symbol]:
                                   effects.OperandEffect(1, effects.Access.READ))))
     alias_index = executor.register_operator("thunder_effects_alias_index", meta=_alias_index_meta,
                                              fn=_alias_index_impl, effects=effects.PURE)
-    return writeback, alias_index
+    detach = executor.register_operator("thunder_effects_detach", meta=_detach_meta, fn=torch.Tensor.detach,
+                                        effects=effects.make_effects(aliases=[(0, 0)]))
+    return writeback, alias_index, detach
 
 
-WRITEBACK, ALIAS_INDEX = _make_operators()
+WRITEBACK, ALIAS_INDEX, DETACH_OUTPUT = _make_operators()
 
 
 def _register_grads() -> None:
@@ -153,7 +165,8 @@ def _register_grads() -> None:
 _register_grads()
 """``WRITEBACK``: the epilogue's ``dst.copy_(src)`` under ``torch.enable_grad()`` (eager's in-place semantics, leaf
 check included). ``ALIAS_INDEX``: for arguments sharing storage, which of their elements are one memory location
-(:func:`_alias_index_impl`), the index of the synthetic base they become views of."""
+(:func:`_alias_index_impl`), the index of the synthetic base they become views of. ``DETACH_OUTPUT``: the epilogue's
+``detach`` of a computed output eager would hold without autograd history (:func:`_detach_outputs_without_grad`)."""
 
 
 # --- flattening writers --------------------------------------------------------------------------------------
@@ -541,7 +554,7 @@ def _read_through_clones(trace: TraceCtx, writebacks: Sequence[Writeback], args:
     written = {w.input.name for w in writebacks}
     risky = {w.input.name for w in writebacks if w.autograd}
     for bsym in trace.bound_symbols:
-        if bsym.sym.id is PrimIDs.COPY_:
+        if bsym.sym.id is PrimIDs.COPY_ or bsym.sym is NO_GRAD_UPDATE:  # their backward saves nothing
             continue
         reads = {p.name for p in bsym.flat_proxy_args} & written
         if reads and any(o.name in grad for o in bsym.flat_proxy_outs):
@@ -635,11 +648,9 @@ def _requiring_grad(bsyms: Sequence[BoundSymbol], args: Sequence[Any]) -> set[st
     for bsym in bsyms:
         if bsym.sym.id == "set_grad_enabled":
             recording = bool(bsym.args[0])
-        if not recording:
-            continue
-        if bsym.sym is NO_GRAD_UPDATE:
+        if bsym.sym is NO_GRAD_UPDATE:  # in any grad mode (it is made where the no-grad write happened)
             reads = {bsym.args[0].name} if isinstance(bsym.args[0], Proxy) else set()
-        elif bsym.sym.id == DETACH:
+        elif not recording or bsym.sym.id == DETACH:
             continue
         else:
             reads = {p.name for p in bsym.flat_proxy_args}
@@ -752,11 +763,43 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
                                              input_aliases=input_aliases)
     results.computation_trace = new
     _dedupe_outputs(results)
+    _detach_outputs_without_grad(results)
     autograd = [w for w in writebacks if w.autograd]
     if autograd:
         _thread_writebacks(results, autograd)
         record_epilogue_writes(frozenset(w.input.name for w in autograd))
     return results
+
+
+def _detach_outputs_without_grad(results: Any) -> None:
+    """Thunder connects every output of a differentiated computation to autograd (one ``autograd.Function``), so a
+    floating tensor it computed that eager would hold without history — optimizer state created under ``no_grad``
+    inside a training step, a value computed under ``no_grad`` or from arguments that do not require grad — came
+    back requiring grad, with a ``grad_fn`` into this call's graph (a later loss reaching it backpropagated into a
+    freed graph). The epilogue detaches each such output (:data:`DETACH_OUTPUT`, once per value, before any use:
+    returned and stored values stay one tensor); arguments returned as they are keep their identity."""
+    computation, epilogue = results.computation_trace, results.epilogue_trace
+    flat_args, _ = tree_flatten((computation.args, computation.kwargs))
+    grad = _requiring_grad(computation.bound_symbols, flat_args)
+    arguments = {a.name for a in flat_args if isinstance(a, Proxy)}
+    n_pro = len(results.prologue_trace.bound_symbols[-1].args[0][1])
+    params = list(epilogue.args)
+    body = list(epilogue.bound_symbols)
+    swap: dict[Any, Proxy] = {}
+    detaches = []
+    for k, out in enumerate(computation.bound_symbols[-1].args[0]):
+        if (isinstance(out, TensorProxy) and thunder.dtypes.is_inexact_dtype(out.dtype) and out.name not in grad
+                and out.name not in arguments):
+            param = params[n_pro + k]
+            with tracectx(epilogue):
+                detached = TensorProxy(like=param, requires_grad=False)
+            detaches.append(DETACH_OUTPUT.bind(param, output=detached))
+            swap[variableify(param)] = detached
+    if not swap:
+        return
+    unpacked = next((k for k, b in enumerate(body) if b.sym.id is not PrimIDs.UNPACK_TRIVIAL), len(body))
+    epilogue.bound_symbols = (body[:unpacked] + detaches
+                              + [b.from_bsym_swap_proxies(swap) for b in body[unpacked:]])
 
 
 def constant_for_autograd(computation: TraceCtx) -> bool:

@@ -14,6 +14,11 @@ unaffected until :func:`thunder_ext.install`).
   few dimensions": ``(x * s.sum()).sum()`` under stock ``thunder.jit``). :func:`put_grads` (a stand-in for
   ``thunder.core.transforms.put_grads``, through which those rules record gradients) sums such a gradient to the
   0-dim operand, as broadcasting's gradient does.
+* ``max_pool2d``, ``max_pool3d``, ``adaptive_avg_pool2d``: their only gradient rule is the torch executor's own
+  grad transform, and Thunder asks only the first executor that claims a symbol — with ``torchcompile`` ahead of
+  ``torch`` (``executors=["torchcompile"]``, ``["torchcompile", "torch"]``) it found none ("Failed to find a
+  gradient transform for ltorch.adaptive_avg_pool2d": a ResNet training step). Every such executor-only rule
+  becomes the rule of the symbol (:func:`_torch_executor_rules`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from thunder.core.pytree import tree_flatten
 from thunder.core.transforms import get_grad, put_grad, sum_to
 
 import thunder.torch as ltorch
+
+from ._thunder import GRAD_TABLE
 
 __all__ = ["GRAD_FIXES", "put_grads"]
 
@@ -44,7 +51,18 @@ def _index_put_grad(a: TensorProxy, indices: Sequence[TensorProxy], values: Tens
     return out
 
 
-GRAD_FIXES: dict[Any, Callable[..., Any]] = {"torch.index_put": _index_put_grad}
+def _torch_executor_rules() -> dict[Any, Callable[..., Any]]:
+    """The grad transforms of the torch executor's implementations whose symbol has no rule of its own."""
+    from thunder.core.transforms import augmented_forward_impls
+    from thunder.executors.torchex import ex
+
+    rules = GRAD_TABLE.get()
+    return {sym_id: impl.grad_transform for sym_id, impl in ex.implmap.items()
+            if getattr(impl, "grad_transform", None) is not None and sym_id not in rules
+            and sym_id not in augmented_forward_impls}
+
+
+GRAD_FIXES: dict[Any, Callable[..., Any]] = {"torch.index_put": _index_put_grad, **_torch_executor_rules()}
 """Symbol id -> the corrected gradient rule (a Thunder grad transform: forward, ``get_grad``, ``put_grad``)."""
 
 

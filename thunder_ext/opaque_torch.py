@@ -431,9 +431,10 @@ class OpaqueUnderAutogradError(NotImplementedError):
 def refuse_under_autograd(computation: Any, differentiated: bool) -> None:
     """Raise :class:`OpaqueUnderAutogradError` if ``computation`` (just acquired) will be differentiated
     (``differentiated``) and calls an operator of this module that Thunder would have to differentiate: one with
-    a floating-point tensor operand, outside ``no_grad`` (Thunder's test, ``is_constant_for_vjp``), without a
-    gradient rule. Thunder would stop with "Failed to find a gradient transform"; the opaque fallback has no
-    derivative to offer yet."""
+    a floating-point tensor operand, outside ``no_grad``, without a gradient rule — Thunder's own test: not
+    ``is_constant_for_vjp`` and not tagged constant (the no-grad operators of :func:`operator_for`, whose calls
+    have no outputs to mark as detached). Thunder would stop with "Failed to find a gradient transform"; the opaque
+    fallback has no derivative to offer yet."""
     if not differentiated:
         return
     from thunder.core.transforms import augmented_forward_impls, is_constant_for_vjp
@@ -443,7 +444,7 @@ def refuse_under_autograd(computation: Any, differentiated: bool) -> None:
         sym = _operators.get(bsym.sym.name)
         if sym is None or sym is not bsym.sym or sym.id in grad_rules or sym.id in augmented_forward_impls:
             continue
-        if not is_constant_for_vjp(bsym):
+        if OpTags.TORCH_COMPILE_COMPLIANT_CUSTOM_OP not in (sym.tags or ()) and not is_constant_for_vjp(bsym):
             raise OpaqueUnderAutogradError(
                 f"{sym.name} (an ATen op Thunder has no symbol for, run as an opaque torch call) inside a jitted "
                 "function that is differentiated (an argument requires grad): it has no gradient rule yet. Call it "

@@ -8,6 +8,11 @@
   (the numbers differ from eager's float64 arithmetic by rounding only).
 * ``Tensor.is_sparse`` (checked on every gradient) is ``False`` for every tensor a trace can hold: a
   property entry of the torch language context.
+* ``Optimizer.zero_grad`` is wrapped by ``torch._disable_dynamo``, whose wrapper memoizes ``torch._dynamo.disable``
+  of the function as an attribute of the function on its first call: traced before eager ever called it, that
+  write into a function object stopped Thunder ("trying to set .__dynamo_disable"). Nothing of dynamo applies
+  inside a trace: the interpreter runs the wrapped function (``__wrapped__``) directly. Its ``p.grad = None`` is
+  written back as any attribute write (:mod:`thunder_ext.module_state`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from torch.optim import optimizer as optimizer_module
 from thunder.core.interpreter import interpreter_needs_wrap
 from thunder.core.proxies import TensorProxy
 
+from ._thunder import INTERPRET_CALL
+
 __all__ = ["lookasides", "properties"]
 
 
@@ -28,9 +35,17 @@ def _get_value(x: Any) -> Any:
     return x
 
 
+_ZERO_GRAD = optimizer_module.Optimizer.zero_grad
+"""``torch._disable_dynamo``'s wrapper of ``Optimizer.zero_grad`` (the function itself is its ``__wrapped__``)."""
+
+
+def _zero_grad(*args: Any, **kwargs: Any) -> Any:
+    return INTERPRET_CALL.get()(_ZERO_GRAD.__wrapped__, *args, **kwargs)
+
+
 def lookasides() -> dict[Any, Callable[..., Any]]:
     """Interpreter lookasides (:mod:`thunder_ext._patches`)."""
-    return {optimizer_module._get_value: interpreter_needs_wrap(_get_value)}
+    return {optimizer_module._get_value: interpreter_needs_wrap(_get_value), _ZERO_GRAD: _zero_grad}
 
 
 def _is_sparse(a: TensorProxy) -> bool:

@@ -268,6 +268,27 @@ def no_grad_param_update(w, x):
     return (w * x).sum()
 
 
+def foreach_no_grad_param_update(w, x):
+    """An output-less in-place op (``_foreach_add_``: nothing to read by name) updates a parameter under no_grad,
+    as ``torch.optim`` does; the forward must run it although no output needs it."""
+    with torch.no_grad():
+        torch._foreach_add_([w], [x], alpha=-0.1)
+    return (w * x).sum()
+
+
+def foreach_buffer_ema(w, x, buf):
+    """Output-less in-place ops on a buffer (no grad anywhere near it) next to a loss that requires grad."""
+    with torch.no_grad():
+        torch._foreach_mul_([buf], 0.9)
+        torch._foreach_add_([buf], [x], alpha=0.1)
+    return (w * x).sum()
+
+
+def buffer_chain_detached(w, x, buf):
+    buf.mul_(0.9).add_(x.detach())
+    return (w * x).sum()
+
+
 def no_grad_intermediate(x, w):
     y = x * w
     with torch.no_grad():
@@ -442,6 +463,9 @@ CASES: tuple[Case, ...] = (
     Case("buffer_gets_grad", _fn(buffer_gets_grad, X, W, lambda: torch.zeros(3)), calls=1),
     Case("buffer_no_grad_value", _fn(buffer_no_grad_value, X, W, lambda: torch.zeros(3))),
     Case("no_grad_param_update", _fn(no_grad_param_update, W, X)),
+    Case("foreach_no_grad_param_update", _fn(foreach_no_grad_param_update, W, X)),
+    Case("foreach_buffer_ema", _fn(foreach_buffer_ema, W, X, lambda: torch.ones(4, 3))),
+    Case("buffer_chain_detached", _fn(buffer_chain_detached, W, lambda: _g(4, 3), lambda: torch.ones(4, 3))),
     Case("no_grad_intermediate", _fn(no_grad_intermediate, X, W)),
     Case("no_grad_slice", _fn(no_grad_slice, X, W)),
     Case("kv_cache", _fn(kv_cache, lambda: _g(2, 3), lambda: _g(2, 3), lambda: torch.zeros(4, 3)), calls=1),

@@ -91,14 +91,7 @@ def test_kv_cache_greedy_decoding_matches_eager(executors):
     assert thunder.cache_misses(jitted) == 2  # the prompt; every one-token step after it
 
 
-_TRAINING_TORCH_XFAIL = pytest.mark.xfail(strict=False, reason=(
-    "open: with executors=['torch'] Thunder's interpreter raises 'dictionary changed size during iteration' under "
-    "dict_state's `in` lookaside since the last merges (default and torchcompile executors pass)"))
-
-
-@pytest.mark.parametrize("executors", [
-    pytest.param(p.values[0], marks=[*p.marks, _TRAINING_TORCH_XFAIL] if p.values[0] == "torch" else p.marks)
-    for p in _slow_unless(None)])
+@pytest.mark.parametrize("executors", _slow_unless(None))
 def test_training_steps_match_eager(executors):
     eager = tiny_gpt()
     expected = train(eager, eager)

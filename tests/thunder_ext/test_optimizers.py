@@ -89,14 +89,16 @@ def test_step_matches_eager_with_torchcompile_sweep(kind, foreach, fusion_type):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("foreach", [
-    False,
-    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
-        "a differentiated compilation (the loss requires grad) is split by Thunder into forward and backward by "
-        "outputs; the output-less _foreach_*_ calls on functionalization's clones land in the backward, which never "
-        "runs"))),
-])
-def test_jitted_training_step_calls_step(foreach):
+@pytest.mark.parametrize("jit_kwargs", [
+    {}, {"executors": ["torch"]},
+    {"executors": ["torchcompile"], "fusion_type": "consecutive"},
+    {"executors": ["torchcompile"], "fusion_type": "dataflow"},
+], ids=["default", "torch", "torchcompile-consecutive", "torchcompile-dataflow"])
+@pytest.mark.parametrize("foreach", [False, True])
+def test_jitted_training_step_calls_step(foreach, jit_kwargs):
+    """The step runs inside a differentiated compilation (the returned loss requires grad): the output-less
+    ``_foreach_*_`` calls must stay in the forward (:mod:`thunder_ext.split`), the state it creates has no autograd
+    history, and the loss's gradient is eager's."""
     def make():
         torch.manual_seed(0)
         model = torch.nn.Linear(4, 3)
@@ -108,7 +110,7 @@ def test_jitted_training_step_calls_step(foreach):
         return loss
 
     (model, optimizer), (jmodel, joptimizer) = make(), make()
-    jstep = thunder_ext.jit(train_step)
+    jstep = thunder_ext.jit(train_step, **jit_kwargs)
     for i in range(3):
         x = torch.randn(2, 4, generator=torch.Generator().manual_seed(i))
         for m in (model, jmodel):
@@ -119,16 +121,34 @@ def test_jitted_training_step_calls_step(foreach):
         _assert_same_state(optimizer, joptimizer)
         optimizer.zero_grad()
         joptimizer.zero_grad()
+        expected.backward()
+        got.backward()  # the state the first step created came back without history (no graph of an earlier call)
+        for p, q in zip(model.parameters(), jmodel.parameters(), strict=True):
+            torch.testing.assert_close(q.grad, p.grad)
+    assert thunder.cache_misses(jstep.__wrapped__) == 2  # the step that creates the state, then every later step
 
 
-@pytest.mark.xfail(strict=True, reason="`p.grad = None` inside a jitted function is not written back (Thunder "
-                   "0.2.6 drops attribute writes on tensors); zero_grad(set_to_none=False) is a plain in-place write")
 def test_zero_grad_inside_a_jitted_function_sets_grads_to_none():
+    """Traced before eager ever called it (its dynamo-disable wrapper is skipped); first call and cache hit."""
     model = torch.nn.Linear(4, 3)
-    model(torch.randn(2, 4)).sum().backward()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    thunder_ext.jit(lambda: optimizer.zero_grad())()
-    assert all(p.grad is None for p in model.parameters())
+    zero_grad = thunder_ext.jit(lambda: optimizer.zero_grad())
+    for _ in range(2):
+        model(torch.randn(2, 4)).sum().backward()
+        assert all(p.grad is not None for p in model.parameters())
+        zero_grad()
+        assert all(p.grad is None for p in model.parameters())
+    assert thunder.cache_misses(zero_grad.__wrapped__) == 1
+
+
+def test_grad_assignment_inside_a_jitted_function():
+    def f(w, x):
+        w.grad = x * 2
+        return w.grad.sum()  # the trace reads what it assigned
+
+    w, x = torch.zeros(3), torch.arange(3.0)
+    assert thunder_ext.jit(f)(w, x) == 6
+    torch.testing.assert_close(w.grad, x * 2)
 
 
 @pytest.mark.slow
@@ -157,6 +177,28 @@ def test_learning_rate_schedule(lr):
             sched.step()
         _assert_same_state(optimizer, joptimizer)
     assert thunder.cache_misses(jstep.__wrapped__) == (2 if lr == "tensor" else 4)
+
+
+_REGISTRY = {"a": torch.ones(2), "b": torch.ones(3)}
+
+
+def _scaled_if_registered(x):
+    return x * 2 if "a" in _REGISTRY else x
+
+
+def test_a_key_test_on_a_dict_guards_its_keys_not_its_values(monkeypatch):
+    """``key in d`` depends on ``d``'s keys only: the prologue pins them and never fetches the values (it checked
+    every tensor of the dict, and wrapping them iterated the live dict — litgpt's training cell failed when a garbage
+    collection emptied a weak-reference registry during that loop: thunder_ext.dict_state._contains)."""
+    f = thunder_ext.jit(_scaled_if_registered)
+    x = torch.ones(2)
+    torch.testing.assert_close(f(x), x * 2)
+    monkeypatch.setitem(_REGISTRY, "b", torch.ones(5))  # a value the function never reads
+    torch.testing.assert_close(f(x), x * 2)
+    assert thunder.cache_misses(f.__wrapped__) == 1
+    monkeypatch.delitem(_REGISTRY, "a")  # the key set changed: a new compilation
+    torch.testing.assert_close(f(x), x)
+    assert thunder.cache_misses(f.__wrapped__) == 2
 
 
 def test_profiler_record_function_is_not_traced():

@@ -44,10 +44,7 @@ def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, forward) -> 
 @pytest.mark.parametrize("executors", [
     pytest.param(["torch"], marks=pytest.mark.slow),  # ~10-18 s on 2 cores: CI runs every cell
     pytest.param(None, marks=pytest.mark.slow),
-    pytest.param(["torchcompile"], marks=[pytest.mark.slow, pytest.mark.xfail(strict=True, reason=(
-        "Failed to find a gradient transform for ltorch.adaptive_avg_pool2d (its gradient is registered with the "
-        "torch executor; also with executors=['torchcompile', 'torch']; the default executors pass) — not "
-        "investigated yet"))]),
+    pytest.param(["torchcompile"], marks=pytest.mark.slow),
 ], ids=["torch", "default", "torchcompile"])
 def test_training_steps_match_eager(executors):
     eager, eager_optimizer = tiny_resnet()
