@@ -35,7 +35,7 @@ def _get_value(x: Any) -> Any:
     return x
 
 
-_ZERO_GRAD = optimizer_module.Optimizer.zero_grad
+_ZERO_GRAD: Any = optimizer_module.Optimizer.zero_grad
 """``torch._disable_dynamo``'s wrapper of ``Optimizer.zero_grad`` (the function itself is its ``__wrapped__``)."""
 
 
