@@ -1,6 +1,6 @@
 """Real workloads (issue 16): per-step time, peak memory and compile counts of torch.optim steps and package models.
 
-    python benchmarks/workloads.py [--runs 10] [--only sgd adam ...] [--no-torch-compile]
+    python benchmarks/workloads.py [--runs 10] [--only sgd adam ...] [--no-torch-compile] [--threads 1]
 
 Workloads (CPU, small sizes; the ``models`` extra provides litgpt and transformers, a missing package skips its
 rows):
@@ -16,7 +16,10 @@ rows):
   the model's loss, 2x32 tokens) and one ``StaticCache`` decoding step (one token at position 10: ``index_copy_``
   into the cache, ``torch.no_grad``).
 
-Per step: the median of ``--runs`` timed calls after 2 warm-up calls (``benchmarks/common.py``: ``median_time``);
+Per step: the median of ``--runs`` timed calls after 2 warm-up calls (``benchmarks/common.py``: ``median_time``),
+with the fastest and slowest call; torch runs on ``--threads`` intra-op threads, 1 by default: with torch's pool
+on every core of a small or shared machine a tiny step measures the contention (a litgpt decode step read 72 ms
+there, against 2.5 ms on one thread);
 peak memory: the bytes live above the pre-call baseline during one more call, from the allocator events of
 ``torch.profiler`` (``measure_memory``; CPU has no allocator statistics and ``tracemalloc`` does not see torch's
 allocations). Compiles: Thunder's ``cache_misses`` over every call made (warm-up, timed, memory); for torch.compile
@@ -214,7 +217,8 @@ def measure(workload: Workload, compiler: str, runs: int) -> dict[str, Any]:
         compiled = COMPILERS[compiler](step)
         timing = median_time(lambda: run(compiled), args, DEVICE, runs=runs, warmup=2)
         memory = measure_memory(lambda: run(compiled), args, DEVICE)
-        return {"time": timing.median_s, "peak": memory.peak, "compiles": _compiles(compiler, compiled)}
+        return {"time": timing.median_s, "min": timing.min_s, "max": timing.max_s, "peak": memory.peak,
+                "compiles": _compiles(compiler, compiled)}
     except Exception as e:  # a compiler that cannot run the workload: reported, not fatal
         message = f"{type(e).__name__}: {str(e).splitlines()[0][:90] if str(e) else ''}"
         if "--verbose" in sys.argv:
@@ -228,7 +232,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="workload name prefixes")
     parser.add_argument("--no-torch-compile", action="store_true")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: see the docstring)")
     options = parser.parse_args()
+    torch.set_num_threads(options.threads)
     compilers = [c for c in COMPILERS if not (options.no_torch_compile and c == "torch.compile")]
     rows, record = [], {"environment": environment(DEVICE), "runs": options.runs, "results": {}}
     previous = RESULTS_DIR / "workloads.json"
@@ -255,18 +261,21 @@ def main() -> None:
         eager = results.get("eager", {}).get("time")
         for compiler, r in results.items():
             if "error" in r:
-                rows.append([workload.name, compiler, "fails", "", "", r["error"]])
+                rows.append([workload.name, compiler, "fails", "", "", "", r["error"]])
                 continue
             ratio = f"{r['time'] / eager:.2f}x" if eager else ""
-            rows.append([workload.name, compiler, fmt_seconds(r["time"]), ratio, fmt_bytes(r["peak"]),
+            spread = f"{fmt_seconds(r['min'])}–{fmt_seconds(r['max'])}" if "min" in r else "not recorded"
+            rows.append([workload.name, compiler, fmt_seconds(r["time"]), spread, ratio, fmt_bytes(r["peak"]),
                          r["compiles"]])
     markdown = "\n\n".join([
         "# Real workloads: torch.optim steps and package models (CPU)",
         "Produced by `python benchmarks/workloads.py` (see its docstring for the workloads and the method). Time: "
-        f"median of {options.runs} calls after 2 warm-up calls; ratio to eager, same run. Peak: bytes live above "
+        f"median of {options.runs} calls after 2 warm-up calls, torch on {torch.get_num_threads()} thread(s); ratio "
+        "to eager, same run. Peak: bytes live above "
         "the pre-call baseline during one call, from `torch.profiler`'s allocator events (CPU). Compiles: Thunder's "
         "`cache_misses` over all calls of the row; torch.compile: frames dynamo compiled.",
-        markdown_table(["workload", "compiler", "per step", "vs eager", "peak memory", "compiles / error"], rows),
+        markdown_table(["workload", "compiler", "per step", "min–max", "vs eager", "peak memory", "compiles / error"],
+                       rows),
         f"Environment: `{record['environment']}`",
         *[f"Re-measured alone (`--only`, {again['runs']} calls, on a machine shared with other jobs: noisy): {name}, "
           f"environment `{again['environment']}`" for name, again in record.get("environments", {}).items()],
