@@ -16,6 +16,10 @@ rows):
   the model's loss, 2x32 tokens) and one ``StaticCache`` decoding step (one token at position 10: ``index_copy_``
   into the cache, ``torch.no_grad``).
 
+Matches eager: before timing, :data:`CHECK_CALLS` calls of the compiled step next to eager on a fresh, identically
+seeded instance; ``ok`` when the outputs and every state tensor the step changes (parameters, buffers, optimizer
+state, caches: each workload's ``state``) match (:func:`matches_eager`).
+
 Per step: the median of ``--runs`` timed calls after 2 warm-up calls (``benchmarks/common.py``: ``median_time``),
 with the fastest and slowest call; torch runs on ``--threads`` intra-op threads, 1 by default: with torch's pool
 on every core of a small or shared machine a tiny step measures the contention (a litgpt decode step read 72 ms
@@ -55,11 +59,34 @@ warnings.filterwarnings("ignore")
 DEVICE = "cpu"
 
 
+State = Callable[[], dict[str, torch.Tensor]]
+"""The tensors a workload's step leaves changed (parameters, buffers, optimizer state, caches), by name."""
+
+
 @dataclass
 class Workload:
     name: str
-    make: Callable[[], tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]]
-    """Returns (the step to compile, how to call a compiled step, the arguments): ``run(compiled, *args)``."""
+    make: Callable[[], tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...], State]]
+    """Returns (the step to compile, how to call a compiled step, the arguments, the state the step changes):
+    ``run(compiled, *args)``. Each call builds a fresh, identically seeded instance."""
+
+
+def _state(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
+           extra: State | None = None) -> State:
+    """The state of a model (parameters, buffers) and an optimizer (parameters, per-parameter state tensors)."""
+    def state() -> dict[str, torch.Tensor]:
+        found: dict[str, torch.Tensor] = {}
+        if model is not None:
+            found |= {f"model.{n}": t for n, t in [*model.named_parameters(), *model.named_buffers()]}
+        if optimizer is not None:
+            for i, group in enumerate(optimizer.param_groups):
+                for j, param in enumerate(group["params"]):
+                    found[f"param[{i}][{j}]"] = param
+                    found |= {f"state[{i}][{j}].{k}": v for k, v in optimizer.state.get(param, {}).items()
+                              if isinstance(v, torch.Tensor)}
+        return found | (extra() if extra is not None else {})
+
+    return state
 
 
 # --- optimizers ---------------------------------------------------------------------------------------------------
@@ -69,14 +96,14 @@ def _optimizer(kind: str, foreach: bool) -> Callable[[], Any]:
         model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
         for p in model.parameters():
             p.grad = torch.randn_like(p) * 1e-3
-        params = model.parameters()
+        params = list(model.parameters())
         optimizer = {
             "sgd": lambda: torch.optim.SGD(params, lr=1e-3, momentum=0.9, nesterov=True, weight_decay=1e-4,
                                            foreach=foreach),
             "adam": lambda: torch.optim.Adam(params, lr=1e-3, foreach=foreach),
             "adamw": lambda: torch.optim.AdamW(params, lr=1e-3, foreach=foreach),
         }[kind]()
-        return optimizer.step, (lambda step: step()), ()
+        return optimizer.step, (lambda step: step()), (), _state(optimizer=optimizer)
 
     return make
 
@@ -104,7 +131,7 @@ def _litgpt_train() -> Any:
         optimizer.zero_grad()
         return loss
 
-    return model, run, ()
+    return model, run, (), _state(model, optimizer)
 
 
 def _litgpt_decode() -> Any:
@@ -117,7 +144,7 @@ def _litgpt_decode() -> Any:
         with torch.no_grad():
             return forward(token, position)
 
-    return model, run, ()
+    return model, run, (), _state(model)  # the KV cache: buffers of the attention blocks
 
 
 # --- transformers ResNet -------------------------------------------------------------------------------------------
@@ -138,7 +165,7 @@ def _resnet_train() -> Any:
         optimizer.zero_grad()
         return loss
 
-    return model, run, ()
+    return model, run, (), _state(model, optimizer)
 
 
 # --- transformers Llama --------------------------------------------------------------------------------------------
@@ -163,7 +190,7 @@ def _llama_train() -> Any:
         optimizer.zero_grad()
         return loss
 
-    return model, run, ()
+    return model, run, (), _state(model, optimizer)
 
 
 def _llama_decode() -> Any:
@@ -178,7 +205,11 @@ def _llama_decode() -> Any:
         with torch.no_grad():
             return forward(input_ids=token, past_key_values=cache, cache_position=position, use_cache=True).logits
 
-    return model, run, ()
+    def cache_state() -> dict[str, torch.Tensor]:
+        return {f"cache.layers[{i}].{k}": getattr(layer, k) for i, layer in enumerate(cache.layers)
+                for k in ("keys", "values")}
+
+    return model, run, (), _state(model, extra=cache_state)
 
 
 WORKLOADS = [Workload(f"{k} foreach={f}", _optimizer(k, f)) for k in ("sgd", "adam", "adamw") for f in (False, True)]
@@ -206,8 +237,46 @@ def _compiles(compiler: str, compiled: Any) -> Any:
     return "—"
 
 
+RTOL, ATOL = 1e-4, 1e-5
+"""Tolerance of the comparison with eager (``torch.allclose``; fusion may reorder float reductions)."""
+CHECK_CALLS = 3
+"""Calls of the compiled step compared with eager's, before timing (they are also the warm-up)."""
+
+
+def _difference(name: str, got: Any, want: Any) -> str | None:
+    if want is None and got is None:
+        return None
+    if not (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)):
+        return f"{name}: {type(got).__name__} where eager has {type(want).__name__}"
+    if got.shape != want.shape:
+        return f"{name}: shape {tuple(got.shape)} where eager has {tuple(want.shape)}"
+    got, want = got.detach().double(), want.detach().double()
+    if torch.allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True):
+        return None
+    return f"{name}: max |diff| {(got - want).abs().max().item():.3g}"
+
+
+def matches_eager(workload: Workload, run: Callable[..., Any], compiled: Any, args: tuple[Any, ...],
+                  state: State) -> str:
+    """``ok`` when :data:`CHECK_CALLS` calls of ``compiled`` return what eager returns on a fresh, identical
+    instance and leave every state tensor as eager leaves it (within :data:`RTOL`/:data:`ATOL`); else
+    ``WRONG (...)`` naming the first difference."""
+    eager_step, eager_run, eager_args, eager_state = workload.make()
+    for call in range(CHECK_CALLS):
+        pairs = {"output": (run(compiled, *args), eager_run(eager_step, *eager_args))}
+        got, want = state(), eager_state()
+        if got.keys() != want.keys():
+            return f"WRONG (call {call + 1}: state {sorted(got.keys() ^ want.keys())[:2]} differs from eager's)"
+        pairs |= {name: (got[name], want[name]) for name in want}
+        for name, (g, w) in pairs.items():
+            if (found := _difference(name, g, w)) is not None:
+                return f"WRONG (call {call + 1}, {found})"
+    return "ok"
+
+
 def measure(workload: Workload, compiler: str, runs: int) -> dict[str, Any]:
-    step, run, args = workload.make()
+    """Compile once; compare with eager (:func:`matches_eager`), then time and measure the same compiled step."""
+    step, run, args, state = workload.make()
     if compiler == "torch.compile":
         torch._dynamo.reset()
         from torch._dynamo.utils import counters
@@ -215,10 +284,11 @@ def measure(workload: Workload, compiler: str, runs: int) -> dict[str, Any]:
         counters.clear()
     try:
         compiled = COMPILERS[compiler](step)
+        check = "—" if compiler == "eager" else matches_eager(workload, run, compiled, args, state)
         timing = median_time(lambda: run(compiled), args, DEVICE, runs=runs, warmup=2)
         memory = measure_memory(lambda: run(compiled), args, DEVICE)
         return {"time": timing.median_s, "min": timing.min_s, "max": timing.max_s, "peak": memory.peak,
-                "compiles": _compiles(compiler, compiled)}
+                "compiles": _compiles(compiler, compiled), "check": check}
     except Exception as e:  # a compiler that cannot run the workload: reported, not fatal
         message = f"{type(e).__name__}: {str(e).splitlines()[0][:90] if str(e) else ''}"
         if "--verbose" in sys.argv:
@@ -261,21 +331,23 @@ def main() -> None:
         eager = results.get("eager", {}).get("time")
         for compiler, r in results.items():
             if "error" in r:
-                rows.append([workload.name, compiler, "fails", "", "", "", r["error"]])
+                rows.append([workload.name, compiler, "fails", "", "", "", "", r["error"]])
                 continue
             ratio = f"{r['time'] / eager:.2f}x" if eager else ""
             spread = f"{fmt_seconds(r['min'])}–{fmt_seconds(r['max'])}" if "min" in r else "not recorded"
-            rows.append([workload.name, compiler, fmt_seconds(r["time"]), spread, ratio, fmt_bytes(r["peak"]),
-                         r["compiles"]])
+            rows.append([workload.name, compiler, r.get("check", "not checked"), fmt_seconds(r["time"]), spread,
+                         ratio, fmt_bytes(r["peak"]), r["compiles"]])
     markdown = "\n\n".join([
         "# Real workloads: torch.optim steps and package models (CPU)",
         "Produced by `python benchmarks/workloads.py` (see its docstring for the workloads and the method). Time: "
         f"median of {options.runs} calls after 2 warm-up calls, torch on {torch.get_num_threads()} thread(s); ratio "
         "to eager, same run. Peak: bytes live above "
         "the pre-call baseline during one call, from `torch.profiler`'s allocator events (CPU). Compiles: Thunder's "
-        "`cache_misses` over all calls of the row; torch.compile: frames dynamo compiled.",
-        markdown_table(["workload", "compiler", "per step", "min–max", "vs eager", "peak memory", "compiles / error"],
-                       rows),
+        "`cache_misses` over all calls of the row; torch.compile: frames dynamo compiled. Matches eager: "
+        f"{CHECK_CALLS} calls of the compiled step next to eager on an identical fresh instance, outputs and every "
+        f"state tensor (parameters, buffers, optimizer state, caches) within rtol {RTOL:g}, atol {ATOL:g}.",
+        markdown_table(["workload", "compiler", "matches eager", "per step", "min–max", "vs eager", "peak memory",
+                        "compiles / error"], rows),
         f"Environment: `{record['environment']}`",
         *[f"Re-measured alone (`--only`, {again['runs']} calls, on a machine shared with other jobs: noisy): {name}, "
           f"environment `{again['environment']}`" for name, again in record.get("environments", {}).items()],
