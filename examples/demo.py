@@ -1,4 +1,5 @@
-"""Main demo: in-place programs Thunder users write, stock ``thunder.jit`` vs ``thunder_ext.jit``, then four models.
+"""Main demo: in-place programs Thunder users write, stock ``thunder.jit`` vs ``thunder_ext.jit``, four models, then
+workloads from packages (an optimizer step, litgpt and Hugging Face Llama decoding).
 
 Run from a checkout: ``python examples/demo.py`` (``--help`` explains every column). On a machine with CUDA it runs
 on the GPU; otherwise on the CPU.
@@ -18,6 +19,12 @@ as good as those spreads: when either side's spread is above :data:`NOISY`, the 
 First-call times share this process's Inductor caches: kernels another compiler already built are reused. The
 Thunder compilers run ``thunder_ext.jit`` before stock ``thunder.jit`` so any such reuse favours the stock one;
 cold-cache compile times per compiler come from ``python -m benchmarks.models``.
+
+**Part 3, workloads users bring** (:data:`WORKLOADS`, from ``benchmarks/workloads.py``; they need the ``models``
+extra, and show ``skipped`` without it): a ``torch.optim`` step and one decoding step of litgpt and of Hugging Face
+Llama with a ``StaticCache``, under stock ``thunder.jit`` and ``thunder_ext.jit``: ``ok`` / ``WRONG`` from three
+calls next to eager on an identical instance (outputs, parameters, optimizer state, KV caches), then the per-step
+time against eager's.
 
 Exit status: 1 when ``thunder_ext.jit`` is wrong (or fails) on any scenario or model, 0 otherwise; stock compilers'
 disagreements are the point of the demo, not a failure.
@@ -48,12 +55,17 @@ import thunder  # noqa: E402
 from benchmarks.common import environment, fmt_bytes, fmt_seconds, write_results  # noqa: E402
 from benchmarks.compilers import EXECUTORS, compilers, executors_for  # noqa: E402
 from benchmarks.models import Row, measure  # noqa: E402
+from benchmarks import workloads as package_workloads  # noqa: E402
 from examples.models import MODELS, SIZES, compare  # noqa: E402
 from thunder.executors.custom_op_ex import custom_op_ex  # noqa: E402
 from thunder.transforms.cudagraph import CUDAGraphTransform  # noqa: E402
 
 RUN_ORDER = ("eager", "torch.compile", "thunder_ext.jit", "thunder.jit")
 """Measurement order of part 2 (see the module docstring); the table lists compilers in :func:`compilers` order."""
+
+WORKLOADS = ("adamw foreach=True", "litgpt KV-cache decode step", "transformers Llama StaticCache decode step")
+"""Part 3's default rows (names of ``benchmarks.workloads.WORKLOADS``)."""
+WORKLOAD_COMPILERS = ("thunder.jit (stock)", "thunder_ext.jit")
 
 NOISY = 0.25
 """A per-call time whose interquartile range exceeds this fraction of its median is too noisy for a ratio."""
@@ -79,7 +91,14 @@ part 2 (models):
   spread           interquartile range of those calls / median (above 25%: too noisy for a ratio)
   peak mem         peak bytes live during one call above the pre-call baseline
   alloc/call       bytes allocated during one call (CUDA allocator on GPU, torch profiler on CPU)
-  fusions, bsyms   fusion regions and top-level bound symbols of Thunder's final execution trace"""
+  fusions, bsyms   fusion regions and top-level bound symbols of Thunder's final execution trace
+part 3 (workloads from packages):
+  matches eager    ok / WRONG (the first difference): three calls next to eager on an identical instance, outputs
+                   and every state tensor (parameters, buffers, optimizer state, caches) within rtol=1e-4,
+                   atol=1e-5; fails: the exception; skipped: the package is not installed (the models extra)
+  per step         median of --runs timed calls after warm-up (CPU: torch on the threads of --threads)
+  vs eager         per step / eager's per step, same run
+  compiles         Thunder's cache misses over every call of the row"""
 
 
 # --- part 1: the correctness matrix ----------------------------------------------------------------------------
@@ -329,6 +348,36 @@ def ratios(rows: list[Row]) -> str:
     return "thunder_ext.jit " + "; ".join(parts) if parts else ""
 
 
+# --- part 3: workloads from packages ----------------------------------------------------------------------------
+def run_workloads(names: list[str], runs: int) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{workload: {compiler: benchmarks.workloads.measure(...)}}`` for eager and :data:`WORKLOAD_COMPILERS`; a
+    workload whose package is missing maps every compiler to ``{"skipped": reason}``."""
+    by_name = {w.name: w for w in package_workloads.WORKLOADS}
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in names:
+        try:
+            found[name] = {c: package_workloads.measure(by_name[name], c, runs) for c in ("eager", *WORKLOAD_COMPILERS)}
+        except ImportError as exc:  # litgpt or transformers: the models extra
+            found[name] = {c: {"skipped": f"{exc.name or exc} not installed"} for c in WORKLOAD_COMPILERS}
+    return found
+
+
+def workload_table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Part 3 as a fixed-width text table."""
+    rows = []
+    for name, by_compiler in results.items():
+        eager = by_compiler.get("eager", {}).get("time")
+        for compiler in WORKLOAD_COMPILERS:
+            r = by_compiler[compiler]
+            if "skipped" in r or "error" in r:
+                status = f"skipped ({r['skipped']})" if "skipped" in r else f"fails: {r['error']}"[:70]
+                rows.append((name, compiler, status, "", "", ""))
+                continue
+            ratio = f"{r['time'] / eager:.2f}x" if eager else ""
+            rows.append((name, compiler, r["check"], fmt_seconds(r["time"]), ratio, str(r["compiles"])))
+    return _fixed_width(("workload", "compiler", "matches eager", "per step", "vs eager", "compiles"), rows)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__.split("\n\n")[0],
                                      epilog="columns:\n" + COLUMNS, formatter_class=argparse.RawTextHelpFormatter)
@@ -340,6 +389,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--executor", choices=EXECUTORS, default="torchcompile",
                         help="Thunder fusion executor (default: torchcompile)")
     parser.add_argument("--runs", type=int, default=30, help="timed calls per median, capped at ~10 s (default: 30)")
+    parser.add_argument("--workloads", nargs="*", choices=tuple(w.name for w in package_workloads.WORKLOADS),
+                        default=list(WORKLOADS), metavar="NAME",
+                        help="workloads of part 3 (default: %(default)s; none: skip part 3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); on a busy "
                         "machine 1 avoids OpenMP barrier stalls in compiled CPU kernels")
@@ -356,12 +408,15 @@ class Report:
 
     matrix: dict[str, dict[str, Cell]] = field(default_factory=dict)
     models: dict[str, list[Row]] = field(default_factory=dict)
+    workloads: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def ext_failures(self) -> list[str]:
         """Scenarios and models where thunder_ext.jit is wrong or fails."""
         bad = [name for name, row in self.matrix.items() if row["thunder_ext.jit"].status in ("wrong", "error")]
-        return bad + [name for name, rows in self.models.items() for r in rows
-                      if r.compiler == "thunder_ext.jit" and (r.error or (r.check is not None and not r.check.ok))]
+        bad += [name for name, rows in self.models.items() for r in rows
+                if r.compiler == "thunder_ext.jit" and (r.error or (r.check is not None and not r.check.ok))]
+        ext = {name: by_compiler["thunder_ext.jit"] for name, by_compiler in self.workloads.items()}
+        return bad + [name for name, r in ext.items() if "error" in r or r.get("check", "ok") != "ok"]
 
     def stock_wrong(self) -> str:
         """How many matrix rows stock ``thunder.jit`` gets wrong (or fails) where ``thunder_ext.jit`` is right."""
@@ -377,6 +432,8 @@ class Report:
             parts += [f"## {name}", f"```\n{table(rows)}\n```"]
             if line := ratios(rows):
                 parts.append(line)
+        if self.workloads:
+            parts += ["## Workloads from packages", f"```\n{workload_table(self.workloads)}\n```"]
         return "\n\n".join(parts)
 
 
@@ -406,9 +463,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.models:
         print("\nper call = median of timed calls after warm-up; spread = interquartile range / median; "
               "peak mem / alloc/call = one call; fusions / bsyms = final Thunder trace (--help: every column).")
+    if args.workloads:
+        print("\n== Workloads from packages: a torch.optim step, litgpt and Hugging Face Llama decoding steps "
+              "(--help: every column)", flush=True)
+        report.workloads = run_workloads(args.workloads, args.runs)
+        print(workload_table(report.workloads))
     if args.save:
         record = {"environment": env, "executor": args.executor, "size": size, "matrix": report.matrix,
-                  "results": report.models}
+                  "results": report.models, "workloads": report.workloads}
         command = " ".join(["python examples/demo.py", *(sys.argv[1:] if argv is None else argv)])
         for path in write_results(args.save, record, report.markdown(title, command)):
             print(f"wrote {path}")

@@ -89,3 +89,15 @@ def test_ratios_only_between_steady_timings() -> None:
     noisy = [steady[0], _row("thunder.jit", 2e-3, 1e-3, 4e-3)]
     line = demo.ratios(noisy)
     assert "per call not comparable (spread 150% > 25%" in line and "0.50x" not in line
+
+
+def test_workloads_part_checks_against_eager_and_reports_stock_failures() -> None:
+    results = demo.run_workloads(["sgd foreach=True"], runs=3)
+    ours, stock = results["sgd foreach=True"]["thunder_ext.jit"], results["sgd foreach=True"]["thunder.jit (stock)"]
+    assert ours["check"] == "ok" and ours["compiles"] >= 1, ours
+    assert "error" in stock, stock  # Thunder 0.2.6 cannot trace the profiler's record_function in optimizer.step
+    table = demo.workload_table(results)
+    assert "fails: " in table and " ok " in table, table
+    assert demo.Report(workloads=results).ext_failures() == []
+    wrong = {"sgd foreach=True": {**results["sgd foreach=True"], "thunder_ext.jit": {**ours, "check": "WRONG (x)"}}}
+    assert demo.Report(workloads=wrong).ext_failures() == ["sgd foreach=True"]
