@@ -379,7 +379,7 @@ def workload_table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__.split("\n\n")[0].replace("``", ""),
                                      epilog="columns:\n" + COLUMNS, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--size", choices=tuple(SIZES), default="small", help="model dimensions (default: small)")
     parser.add_argument("--models", nargs="*", choices=tuple(MODELS), default=list(MODELS),
@@ -393,8 +393,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         default=list(WORKLOADS), metavar="NAME",
                         help="workloads of part 3 (default: %(default)s; none: skip part 3)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); on a busy "
-                        "machine 1 avoids OpenMP barrier stalls in compiled CPU kernels")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default: 1: with a pool over every core, any other process on the "
+                        "machine stalls a small step at OpenMP barriers, 100x on 2 cores; 0: torch's choice)")
     parser.add_argument("--save", metavar="NAME", help="also write benchmarks/results/NAME.{json,md}")
     args = parser.parse_args(argv)
     if args.runs < 3:
@@ -439,7 +440,7 @@ class Report:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.threads:
+    if args.threads:  # 0: torch's own choice
         torch.set_num_threads(args.threads)
     device, size = torch.device(args.device), SIZES[args.size]
     env = environment(device)
