@@ -379,7 +379,8 @@ def workload_table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__.split("\n\n")[0].replace("``", ""),
+    summary = __doc__.split("\n\n")[0].replace("``", "")
+    parser = argparse.ArgumentParser(prog="python examples/demo.py", description=summary,
                                      epilog="columns:\n" + COLUMNS, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--size", choices=tuple(SIZES), default="small", help="model dimensions (default: small)")
     parser.add_argument("--models", nargs="*", choices=tuple(MODELS), default=list(MODELS),
