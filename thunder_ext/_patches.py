@@ -37,7 +37,9 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   as opaque torch calls (:mod:`thunder_ext.opaque_torch`),
                                                   seeding as an ordered RNG write (:mod:`thunder_ext.seeding`),
                                                   ``out=`` calls (:mod:`thunder_ext.overloads`), ``.data =`` and
-                                                  metadata methods (:mod:`thunder_ext.rebinding`),
+                                                  metadata methods (:mod:`thunder_ext.rebinding`), later reads
+                                                  after ``object.__setattr__`` see the new value
+                                                  (:func:`module_state.synced_setattr`),
                                                   ``BatchNorm(momentum=None)`` (:mod:`thunder_ext.batch_norm`),
                                                   profiler ``record_function`` and ``torch.ops.profiler``
                                                   calls as no-ops (:mod:`thunder_ext.profiler`),
@@ -260,8 +262,9 @@ def _build_patches() -> tuple[Patch, ...]:
         patch(jit_ext, NAME_POSTFIX.name),
     ]
     lookaside_map = LOOKASIDE_TABLE.get()
+    object_setattr = module_state.synced_setattr(lookaside_map[object.__setattr__])
     added = (opaque_torch.lookasides() | seeding.lookasides() | overloads.lookasides(lookaside_map)
-             | rebinding.lookasides(lookaside_map[object.__setattr__]) | batch_norm.lookasides()
+             | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map))
     # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
     # replacement
