@@ -14,10 +14,17 @@ cannot follow), and ``transformers`` then takes branches written for dynamo. One
   written to the global object, so the compiled program has no epilogue write and no guard for it. ``ContextVar``
   calls are opaque to the interpreter (run as is, at trace time only).
 
-Not yet working: ``output_hidden_states=True`` / ``output_attentions=True``. The first call installs the capturing
-hooks while it is traced (``maybe_install_capturing_hooks``), after the prologue's guard on them was recorded (the
-prologue then fails: "Expected 4 to be equal to ... 0"); with the hooks installed beforehand the compiled model's
-output has no ``hidden_states`` (root cause not found yet).
+``output_hidden_states=True`` / ``output_attentions=True`` are captured by forward hooks that ``capture_outputs``
+installs on the first call that asks (``maybe_install_capturing_hooks``: ``register_forward_hook`` on every decoder
+layer and attention module, which bumps the class counter ``RemovableHandle.next_id``, and a flag on the model).
+Interpreted, that installation happens in the middle of the trace: the counter is a class attribute the prologue
+guards at its value before the installation (the first call failed: "Expected 4 to be equal to ... 0", and every
+retrace installed the hooks again), and the module state it writes is the trace's, not the model's. Eager installs
+them once, for good, on the first call; so does the lookaside (:func:`lookasides`): ``maybe_install_capturing_hooks``
+runs as is on the real model, at trace time, before the interpreter reads any hook dict, and the prologue guards
+the hooks it then finds, as for hooks the user installed. A model hooked before it is jitted traces the same way.
+(The hooked outputs then reached the result only once :func:`thunder_ext.module_state.synced_setattr` made
+``ModelOutput.__setitem__``'s ``super().__setattr__`` visible to later reads: that was the silent loss.)
 
 These lookasides key on ``transformers``' own functions, so they are built only when ``transformers`` is already
 imported (:data:`MODULE`: a user tracing its models has imported it; importing it here would cost seconds on every
@@ -31,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+from thunder.core.interpreter import interpreter_needs_wrap
 
 from ._thunder import INTERPRET_CALL
 
@@ -62,6 +71,7 @@ def _interpreting(replacement: Callable[..., Any]) -> Callable[..., Any]:
 
 def lookasides(module: ModuleType) -> dict[Callable[..., Any], Callable[..., Any]]:
     """Interpreter lookasides for ``module`` (:data:`MODULE`, loaded): ``CompileableContextVar``'s methods as a
-    ``ContextVar``'s."""
+    ``ContextVar``'s; ``maybe_install_capturing_hooks`` run as is (the hooks installed on the real model)."""
     cls = module.CompileableContextVar
-    return {cls.get: _interpreting(_get), cls.set: _interpreting(_set), cls.reset: _interpreting(_reset)}
+    return {cls.get: _interpreting(_get), cls.set: _interpreting(_set), cls.reset: _interpreting(_reset),
+            module.maybe_install_capturing_hooks: interpreter_needs_wrap(module.maybe_install_capturing_hooks)}

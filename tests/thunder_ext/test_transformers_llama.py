@@ -11,6 +11,10 @@ Stock ``thunder.jit`` traces none of it (:func:`test_stock_thunder_still_fails`)
 ``StaticCache`` allocates its tensors on the first ``update``, inside the traced prompt step, and sets
 ``is_initialized``, ``dtype``, ``max_batch_size``, ...).
 
+``output_hidden_states=True`` returns eager's hidden states, on the first call (which installs ``transformers``'
+capturing hooks: :mod:`thunder_ext.transformers_compat` runs the installation on the real model) and on a cache
+hit; :func:`thunder_ext.module_state.synced_setattr` keeps ``ModelOutput.__setitem__``'s attribute visible.
+
 Compile counts: decoding compiles twice — the prompt (which also initialises the cache) and every one-token step
 (``cache_position`` is a tensor input: no recompilation per position)."""
 
@@ -108,9 +112,45 @@ def test_training_steps_match_eager(executors):
     assert thunder.cache_misses(jitted) == 1
 
 
+@pytest.mark.slow
+def test_output_hidden_states_match_eager():
+    """The first call installs the capturing hooks (eager does too, once); hidden states match eager's on it, on a
+    cache hit and in eager calls of the model after it — the hooks are the model's, installed once."""
+    tokens = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    eager = tiny_llama().eval()
+    with torch.no_grad():
+        expected = eager(input_ids=tokens, use_cache=False, output_hidden_states=True)
+    model = tiny_llama().eval()
+    jitted = _jit(model, "torch")
+    with torch.no_grad():
+        for forward in (jitted, jitted, model):
+            got = forward(input_ids=tokens, use_cache=False, output_hidden_states=True)
+            assert got.hidden_states is not None and len(got.hidden_states) == model.config.num_hidden_layers + 1
+            torch.testing.assert_close(got.hidden_states, expected.hidden_states)
+            torch.testing.assert_close(got.logits, expected.logits)
+        assert jitted(input_ids=tokens, use_cache=False).hidden_states is None
+    assert thunder.cache_misses(jitted) == 2  # with hidden states; without
+    assert sum(len(m._forward_hooks) for m in model.modules()) == sum(len(m._forward_hooks) for m in eager.modules())
+
+
+def test_model_output_items_are_its_attributes_in_a_trace():
+    """``capture_outputs`` stores the hidden states with ``output["hidden_states"] = ...`` (``ModelOutput.__setitem__``
+    sets the attribute through ``super().__setattr__``); ``LlamaForCausalLM`` reads ``outputs.hidden_states``."""
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+
+    def fill(x):
+        output = BaseModelOutputWithPast(last_hidden_state=x)
+        output["hidden_states"] = (x * 2,)
+        return output.hidden_states
+
+    x = torch.arange(3.0)
+    torch.testing.assert_close(thunder_ext.jit(fill, executors=["torch"])(x), (x * 2,))
+
+
 def test_compileable_context_var_lookasides_pin_transformers():
     """What :mod:`thunder_ext.transformers_compat` relies on: ``CompileableContextVar`` keeps a ``ContextVar`` as
-    ``context_var`` and has ``get``/``set``/``reset``; the lookasides are added while the patches are held."""
+    ``context_var`` and has ``get``/``set``/``reset``; ``capture_outputs`` installs its hooks through the module's
+    ``maybe_install_capturing_hooks``; the lookasides are added while the patches are held."""
     from contextvars import ContextVar
 
     from transformers.utils import output_capturing
@@ -121,11 +161,13 @@ def test_compileable_context_var_lookasides_pin_transformers():
     assert var.get() == {"x": []}
     var.reset(token)
     assert var.get() is None
+    assert "maybe_install_capturing_hooks" in output_capturing.capture_outputs(lambda self: None).__code__.co_names
     cls = output_capturing.CompileableContextVar
     with _patches.holding():
         table = thunder.core.jit_ext._general_jit_lookaside_map
         assert all(table.get(fn) is not None for fn in (cls.get, cls.set, cls.reset))
-    assert set(transformers_compat.lookasides(output_capturing)) == {cls.get, cls.set, cls.reset}
+    assert set(transformers_compat.lookasides(output_capturing)) == {cls.get, cls.set, cls.reset,
+                                                                     output_capturing.maybe_install_capturing_hooks}
 
 
 @pytest.mark.slow
