@@ -14,6 +14,8 @@ Stock ``thunder.jit`` traces none of it (:func:`test_stock_thunder_still_fails`)
 ``output_hidden_states=True`` returns eager's hidden states, on the first call (which installs ``transformers``'
 capturing hooks: :mod:`thunder_ext.transformers_compat` runs the installation on the real model) and on a cache
 hit; :func:`thunder_ext.module_state.synced_setattr` keeps ``ModelOutput.__setitem__``'s attribute visible.
+``model(input_ids)`` with the default ``use_cache=True`` and no cache would return a ``DynamicCache`` made in the
+call: a typed error naming ``use_cache`` and the fix (``CacheCreatedInCallError``).
 
 Compile counts: decoding compiles twice — the prompt (which also initialises the cache) and every one-token step
 (``cache_position`` is a tensor input: no recompilation per position)."""
@@ -145,6 +147,29 @@ def test_model_output_items_are_its_attributes_in_a_trace():
 
     x = torch.arange(3.0)
     torch.testing.assert_close(thunder_ext.jit(fill, executors=["torch"])(x), (x * 2,))
+
+
+def new_cache(x):
+    return x * 2, transformers.DynamicCache()
+
+
+@pytest.mark.parametrize("jit", [thunder_ext.jit, thunder.jit], ids=["thunder_ext", "stock"])
+def test_a_cache_made_in_the_call_and_returned_is_a_typed_error(jit):
+    """Stock Thunder's error names neither ``use_cache`` nor the fix (when it changes, revisit
+    :func:`thunder_ext.transformers_compat.build_value_from_wrapped`)."""
+    expected = (transformers_compat.CacheCreatedInCallError, "DynamicCache.*use_cache.*StaticCache")
+    if jit is thunder.jit:
+        expected = (NotImplementedError, "unhandled value of type .*DynamicCache")
+    with pytest.raises(expected[0], match=expected[1]):
+        jit(new_cache, executors=["torch"])(torch.arange(3.0))
+
+
+@pytest.mark.slow
+def test_default_use_cache_without_a_cache_is_a_typed_error():
+    """``model(input_ids)``: ``use_cache`` defaults to ``True`` and the model makes a ``DynamicCache`` to return."""
+    tokens = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    with pytest.raises(transformers_compat.CacheCreatedInCallError, match="use_cache=True.*use_cache=False"):
+        _jit(tiny_llama().eval(), "torch")(tokens)
 
 
 def test_compileable_context_var_lookasides_pin_transformers():
