@@ -114,8 +114,8 @@ def test_training_steps_match_eager(executors):
     assert thunder.cache_misses(jitted) == 1
 
 
-@pytest.mark.slow
-def test_output_hidden_states_match_eager():
+@pytest.mark.parametrize("executors", ALL_SLOW)
+def test_output_hidden_states_match_eager(executors):
     """The first call installs the capturing hooks (eager does too, once); hidden states match eager's on it, on a
     cache hit and in eager calls of the model after it — the hooks are the model's, installed once."""
     tokens = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
@@ -123,7 +123,7 @@ def test_output_hidden_states_match_eager():
     with torch.no_grad():
         expected = eager(input_ids=tokens, use_cache=False, output_hidden_states=True)
     model = tiny_llama().eval()
-    jitted = _jit(model, "torch")
+    jitted = _jit(model, executors)
     with torch.no_grad():
         for forward in (jitted, jitted, model):
             got = forward(input_ids=tokens, use_cache=False, output_hidden_states=True)
