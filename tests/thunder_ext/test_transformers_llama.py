@@ -135,6 +135,21 @@ def test_output_hidden_states_match_eager(executors):
     assert sum(len(m._forward_hooks) for m in model.modules()) == sum(len(m._forward_hooks) for m in eager.modules())
 
 
+@pytest.mark.slow
+def test_gradients_through_hidden_states_match_eager():
+    """A loss on an intermediate hidden state (a differentiated compilation: the hooked outputs carry gradients)."""
+    tokens = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
+    results = []
+    for jitted in (False, True):
+        model = tiny_llama().train()
+        forward = _jit(model, "torch") if jitted else model
+        out = forward(input_ids=tokens, labels=tokens, use_cache=False, output_hidden_states=True)
+        loss = out.loss + out.hidden_states[1].square().mean()
+        loss.backward()
+        results.append((loss.detach(), {name: p.grad for name, p in model.named_parameters()}))
+    torch.testing.assert_close(results[1], results[0])
+
+
 def test_model_output_items_are_its_attributes_in_a_trace():
     """``capture_outputs`` stores the hidden states with ``output["hidden_states"] = ...`` (``ModelOutput.__setitem__``
     sets the attribute through ``super().__setattr__``); ``LlamaForCausalLM`` reads ``outputs.hidden_states``."""
