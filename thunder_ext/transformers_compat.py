@@ -32,8 +32,9 @@ program returns tensors, numbers and containers of them; a Python object made in
 after it (stock: ``NotImplementedError: unhandled value of type DynamicCache``, naming neither the argument nor the
 fix). :func:`build_value_from_wrapped` (the stand-in for Thunder's, installed by :mod:`thunder_ext._patches`) turns
 that failure, for any ``transformers`` ``Cache``, into :class:`CacheCreatedInCallError` naming ``use_cache`` and
-what works: a cache passed in (``past_key_values=StaticCache(...)``, filled in place, as the decoding test does) or
-``use_cache=False``. A cache passed in is an input, returned as itself, and never reaches the failure.
+what works: a cache passed in (``past_key_values=DynamicCache(config=model.config)`` or ``StaticCache(...)``: an
+input, filled through :mod:`thunder_ext.module_state`'s write-back and returned as itself, equal to eager's) or
+``use_cache=False``.
 
 These lookasides key on ``transformers``' own functions, so they are built only when ``transformers`` is already
 imported (:data:`MODULE`: a user tracing its models has imported it; importing it here would cost seconds on every
@@ -113,6 +114,8 @@ def build_value_from_wrapped(original: Callable[..., Any], wrapped_v: Any) -> An
         name = type(value).__name__
         raise CacheCreatedInCallError(
             f"thunder_ext.jit cannot return the {name} the model created inside the call (use_cache=True, the "
-            f"default, with no past_key_values): a compiled program cannot return a Python object it made. Pass a "
-            "cache for the model to fill in place, e.g. past_key_values=transformers.StaticCache(config=model.config, "
-            "max_cache_len=N) (with cache_position), or call the model with use_cache=False.") from None
+            "default, with no past_key_values): a compiled program cannot return a Python object it made. Pass the "
+            "cache for the model to fill: past_key_values=transformers.DynamicCache(config=model.config) (it grows: "
+            "one compilation per cached length) or transformers.StaticCache(config=model.config, max_cache_len=N) "
+            "(written in place: one compilation for every decoding step), or call the model with use_cache=False."
+        ) from None
