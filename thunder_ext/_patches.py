@@ -33,11 +33,16 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   rule)
 ``jit_ext.process_recorded_modifications``       :func:`module_state.write_back_module_state` (module attributes
                                                   rebound in ``forward`` reach later calls and the module)
+``jit_ext.build_value_from_wrapped``             :func:`transformers_compat.build_value_from_wrapped` (a
+                                                  ``transformers`` cache made in the call and returned: a typed
+                                                  error naming ``use_cache``)
 ``jit_ext._general_jit_lookaside_map[torch_fn]``  new entries: torch functions without a Thunder symbol trace
                                                   as opaque torch calls (:mod:`thunder_ext.opaque_torch`),
                                                   seeding as an ordered RNG write (:mod:`thunder_ext.seeding`),
                                                   ``out=`` calls (:mod:`thunder_ext.overloads`), ``.data =`` and
-                                                  metadata methods (:mod:`thunder_ext.rebinding`),
+                                                  metadata methods (:mod:`thunder_ext.rebinding`), later reads
+                                                  after ``object.__setattr__`` see the new value
+                                                  (:func:`module_state.synced_setattr`),
                                                   ``BatchNorm(momentum=None)`` (:mod:`thunder_ext.batch_norm`),
                                                   profiler ``record_function`` and ``torch.ops.profiler``
                                                   calls as no-ops (:mod:`thunder_ext.profiler`),
@@ -219,6 +224,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "split_into_forward_and_backward": (autodiff.split_into_forward_and_backward,
                                         split.split_into_forward_and_backward),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, module_state.write_back_module_state),
+    "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, transformers_compat.build_value_from_wrapped),
     **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),
     "sorted": (sorted, dict_state.sorted_by_proxy_names),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
@@ -256,12 +262,14 @@ def _build_patches() -> tuple[Patch, ...]:
         patch(thunder_transforms, "put_grads"),
         patch(autodiff, "split_into_forward_and_backward"),
         patch(jit_ext, "process_recorded_modifications"),
+        patch(jit_ext, "build_value_from_wrapped"),
         Patch(jit_ext, "sorted", ABSENT, replacements["sorted"]),  # shadows the builtin in that module only
         patch(jit_ext, NAME_POSTFIX.name),
     ]
     lookaside_map = LOOKASIDE_TABLE.get()
+    object_setattr = module_state.synced_setattr(lookaside_map[object.__setattr__])
     added = (opaque_torch.lookasides() | seeding.lookasides() | overloads.lookasides(lookaside_map)
-             | rebinding.lookasides(lookaside_map[object.__setattr__]) | batch_norm.lookasides()
+             | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map))
     # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
     # replacement
@@ -323,6 +331,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "thunder_general_jit": ("fn", "args", "kwargs", "sharp_edges", "ad_hoc_executor"),
     "_copy_": ("a", "b"),
     "process_recorded_modifications": ("ctx", "epilogue_trace"),
+    "build_value_from_wrapped": ("wrapped_v",),
     "put_grads": ("a", "g"),
     "split_into_forward_and_backward": ("joint_trace",),
     "sort_waits": ("execution_trace",),

@@ -32,6 +32,15 @@ new tensor, as in eager — detached where eager's value has no autograd history
 epilogue operators ordered on the ``global`` resource (Python object state), like Thunder's ``pack_buffer``. Cost:
 one pass over the recorded modifications, the epilogue and (in differentiated compilations) the computation trace,
 at trace time; a ``requires_grad`` test per write at run time.
+
+Inside the trace, too, a rebound attribute must read back as its new value. The interpreter caches the wrapper of
+every attribute it reads (``attribute_wrappers``; reads answer from that cache first) and the builtin ``setattr``
+refreshes the cache, but a direct ``object.__setattr__(obj, name, value)`` — what ``super().__setattr__`` is in any
+class with its own ``__setattr__``/``__setitem__`` — did not: a later read of ``obj.name`` in the same trace saw the
+old value, silently (``transformers``' ``ModelOutput.__setitem__``: ``output["hidden_states"] = ...`` left
+``output.hidden_states`` ``None``, and the model returned no hidden states). :func:`synced_setattr` wraps the
+interpreter's ``object.__setattr__`` lookaside with the refresh the builtin's makes, for the caches an earlier read
+left (installed by :mod:`thunder_ext._patches`). Cost: two dict lookups per such call, at trace time.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from effects import GLOBAL, make_effects
 
 from thunder.core import devices, dtypes
 from thunder.core.compile_data import get_compile_data
-from thunder.core.interpreter import PseudoInst
+from thunder.core.interpreter import INTERPRETER_SIGNALS, PseudoInst, WrappedValue, unwrap
 from thunder.core.module import ThunderModule
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import Proxy, TensorProxy
@@ -55,7 +64,7 @@ from ._thunder import ADDITIONAL_OUTPUTS
 from . import dict_state
 from .opaque_torch import executor, grad_requiring
 
-__all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "write_back_module_state"]
+__all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "write_back_module_state", "synced_setattr"]
 
 
 def _original(module: Any) -> Any:
@@ -213,3 +222,23 @@ def write_back_module_state(original: Callable[..., Any], ctx: Any, epilogue_tra
         bsyms.append(SET_ATTRIBUTE.bind(roots[owner], name, value, without_grad(value), output=None))
     epilogue_trace.bound_symbols = bsyms
     dict_state.write_back(ctx, epilogue_trace)
+
+
+def synced_setattr(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The interpreter's lookaside for ``object.__setattr__`` (``original``), then the interpreter's cached wrappers
+    of the attribute (on the object and on its ``__dict__``) that an earlier read left become ``value``, as the
+    builtin ``setattr``'s lookaside does. An attribute not read yet keeps no cache: its next read wraps the new value
+    afresh, as before (Thunder's provenance of a new module's ``_modules`` relies on that)."""
+
+    def setattr_lookaside(obj: Any, name: Any, value: Any) -> Any:
+        result = original(obj, name, value)
+        if result is INTERPRETER_SIGNALS.EXCEPTION_RAISED or not isinstance(obj, WrappedValue):
+            return result
+        key = unwrap(name)
+        attributes = obj.attribute_wrappers.get("__dict__")
+        for cache in (obj.attribute_wrappers, attributes.item_wrappers if attributes is not None else {}):
+            if key in cache:
+                cache[key] = value
+        return result
+
+    return setattr_lookaside

@@ -14,10 +14,27 @@ cannot follow), and ``transformers`` then takes branches written for dynamo. One
   written to the global object, so the compiled program has no epilogue write and no guard for it. ``ContextVar``
   calls are opaque to the interpreter (run as is, at trace time only).
 
-Not yet working: ``output_hidden_states=True`` / ``output_attentions=True``. The first call installs the capturing
-hooks while it is traced (``maybe_install_capturing_hooks``), after the prologue's guard on them was recorded (the
-prologue then fails: "Expected 4 to be equal to ... 0"); with the hooks installed beforehand the compiled model's
-output has no ``hidden_states`` (root cause not found yet).
+``output_hidden_states=True`` / ``output_attentions=True`` are captured by forward hooks that ``capture_outputs``
+installs on the first call that asks (``maybe_install_capturing_hooks``: ``register_forward_hook`` on every decoder
+layer and attention module, which bumps the class counter ``RemovableHandle.next_id``, and a flag on the model).
+Interpreted, that installation happens in the middle of the trace: the counter is a class attribute the prologue
+guards at its value before the installation (the first call failed: "Expected 4 to be equal to ... 0", and every
+retrace installed the hooks again), and the module state it writes is the trace's, not the model's. Eager installs
+them once, for good, on the first call; so does the lookaside (:func:`lookasides`): ``maybe_install_capturing_hooks``
+runs as is on the real model, at trace time, before the interpreter reads any hook dict, and the prologue guards
+the hooks it then finds, as for hooks the user installed. A model hooked before it is jitted traces the same way.
+(The hooked outputs then reached the result only once :func:`thunder_ext.module_state.synced_setattr` made
+``ModelOutput.__setitem__``'s ``super().__setattr__`` visible to later reads: that was the silent loss.)
+
+``model(input_ids)`` with the default ``use_cache=True`` and no cache creates a ``DynamicCache`` inside the call
+(``LlamaModel.forward``: ``past_key_values = DynamicCache(config=...)``) and returns it in the output. A compiled
+program returns tensors, numbers and containers of them; a Python object made inside the call cannot be rebuilt
+after it (stock: ``NotImplementedError: unhandled value of type DynamicCache``, naming neither the argument nor the
+fix). :func:`build_value_from_wrapped` (the stand-in for Thunder's, installed by :mod:`thunder_ext._patches`) turns
+that failure, for any ``transformers`` ``Cache``, into :class:`CacheCreatedInCallError` naming ``use_cache`` and
+what works: a cache passed in (``past_key_values=DynamicCache(config=model.config)`` or ``StaticCache(...)``: an
+input, filled through :mod:`thunder_ext.module_state`'s write-back and returned as itself, equal to eager's) or
+``use_cache=False``.
 
 These lookasides key on ``transformers``' own functions, so they are built only when ``transformers`` is already
 imported (:data:`MODULE`: a user tracing its models has imported it; importing it here would cost seconds on every
@@ -28,16 +45,27 @@ and that stock Thunder still needs them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from thunder.core.interpreter import interpreter_needs_wrap, unwrap
+
 from ._thunder import INTERPRET_CALL
 
-__all__ = ["MODULE", "lookasides"]
+__all__ = ["MODULE", "CACHE_MODULE", "CacheCreatedInCallError", "lookasides", "build_value_from_wrapped"]
 
 MODULE = "transformers.utils.output_capturing"
 """The module whose functions the lookasides replace (``transformers`` 5.x)."""
+
+CACHE_MODULE = "transformers.cache_utils"
+"""The module of ``transformers``' ``Cache`` classes (read only when already imported)."""
+
+
+class CacheCreatedInCallError(NotImplementedError):
+    """The jitted call returns a ``transformers`` cache it created (``use_cache=True`` and no ``past_key_values``):
+    a compiled program cannot return a Python object made inside it."""
 
 
 def _get(self: Any) -> Any:
@@ -62,6 +90,32 @@ def _interpreting(replacement: Callable[..., Any]) -> Callable[..., Any]:
 
 def lookasides(module: ModuleType) -> dict[Callable[..., Any], Callable[..., Any]]:
     """Interpreter lookasides for ``module`` (:data:`MODULE`, loaded): ``CompileableContextVar``'s methods as a
-    ``ContextVar``'s."""
+    ``ContextVar``'s; ``maybe_install_capturing_hooks`` run as is (the hooks installed on the real model)."""
     cls = module.CompileableContextVar
-    return {cls.get: _interpreting(_get), cls.set: _interpreting(_set), cls.reset: _interpreting(_reset)}
+    return {cls.get: _interpreting(_get), cls.set: _interpreting(_set), cls.reset: _interpreting(_reset),
+            module.maybe_install_capturing_hooks: interpreter_needs_wrap(module.maybe_install_capturing_hooks)}
+
+
+def build_value_from_wrapped(original: Callable[..., Any], wrapped_v: Any) -> Any:
+    """Stand-in for ``jit_ext.build_value_from_wrapped`` (``original``, which builds the traced function's return
+    value): a ``transformers`` ``Cache`` it cannot build is :class:`CacheCreatedInCallError`; any other failure is
+    Thunder's.
+
+    Raises:
+        CacheCreatedInCallError: naming the cache's type, ``use_cache`` and the two ways that work.
+    """
+    try:
+        return original(wrapped_v)
+    except NotImplementedError:
+        cache_utils = sys.modules.get(CACHE_MODULE)
+        value = unwrap(wrapped_v)
+        if cache_utils is None or not isinstance(value, cache_utils.Cache):
+            raise
+        name = type(value).__name__
+        raise CacheCreatedInCallError(
+            f"thunder_ext.jit cannot return the {name} the model created inside the call (use_cache=True, the "
+            "default, with no past_key_values): a compiled program cannot return a Python object it made. Pass the "
+            "cache for the model to fill: past_key_values=transformers.DynamicCache(config=model.config) (it grows: "
+            "one compilation per cached length) or transformers.StaticCache(config=model.config, max_cache_len=N) "
+            "(written in place: one compilation for every decoding step), or call the model with use_cache=False."
+        ) from None

@@ -11,6 +11,13 @@ Stock ``thunder.jit`` traces none of it (:func:`test_stock_thunder_still_fails`)
 ``StaticCache`` allocates its tensors on the first ``update``, inside the traced prompt step, and sets
 ``is_initialized``, ``dtype``, ``max_batch_size``, ...).
 
+``output_hidden_states=True`` returns eager's hidden states, on the first call (which installs ``transformers``'
+capturing hooks: :mod:`thunder_ext.transformers_compat` runs the installation on the real model) and on a cache
+hit; :func:`thunder_ext.module_state.synced_setattr` keeps ``ModelOutput.__setitem__``'s attribute visible.
+``model(input_ids)`` with the default ``use_cache=True`` and no cache would return a ``DynamicCache`` made in the
+call: a typed error naming ``use_cache`` and the fix (``CacheCreatedInCallError``); the fix — an empty
+``DynamicCache`` passed in — fills it as eager does.
+
 Compile counts: decoding compiles twice — the prompt (which also initialises the cache) and every one-token step
 (``cache_position`` is a tensor input: no recompilation per position)."""
 
@@ -108,9 +115,106 @@ def test_training_steps_match_eager(executors):
     assert thunder.cache_misses(jitted) == 1
 
 
+@pytest.mark.parametrize("executors", ALL_SLOW)
+def test_output_hidden_states_match_eager(executors):
+    """The first call installs the capturing hooks (eager does too, once); hidden states match eager's on it, on a
+    cache hit and in eager calls of the model after it — the hooks are the model's, installed once."""
+    tokens = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    eager = tiny_llama().eval()
+    with torch.no_grad():
+        expected = eager(input_ids=tokens, use_cache=False, output_hidden_states=True)
+    model = tiny_llama().eval()
+    jitted = _jit(model, executors)
+    with torch.no_grad():
+        for forward in (jitted, jitted, model):
+            got = forward(input_ids=tokens, use_cache=False, output_hidden_states=True)
+            assert got.hidden_states is not None and len(got.hidden_states) == model.config.num_hidden_layers + 1
+            torch.testing.assert_close(got.hidden_states, expected.hidden_states)
+            torch.testing.assert_close(got.logits, expected.logits)
+        assert jitted(input_ids=tokens, use_cache=False).hidden_states is None
+    assert thunder.cache_misses(jitted) == 2  # with hidden states; without
+    assert sum(len(m._forward_hooks) for m in model.modules()) == sum(len(m._forward_hooks) for m in eager.modules())
+
+
+@pytest.mark.slow
+def test_gradients_through_hidden_states_match_eager():
+    """A loss on an intermediate hidden state (a differentiated compilation: the hooked outputs carry gradients)."""
+    tokens = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
+    results = []
+    for jitted in (False, True):
+        model = tiny_llama().train()
+        forward = _jit(model, "torch") if jitted else model
+        out = forward(input_ids=tokens, labels=tokens, use_cache=False, output_hidden_states=True)
+        loss = out.loss + out.hidden_states[1].square().mean()
+        loss.backward()
+        results.append((loss.detach(), {name: p.grad for name, p in model.named_parameters()}))
+    torch.testing.assert_close(results[1], results[0])
+
+
+def test_model_output_items_are_its_attributes_in_a_trace():
+    """``capture_outputs`` stores the hidden states with ``output["hidden_states"] = ...`` (``ModelOutput.__setitem__``
+    sets the attribute through ``super().__setattr__``); ``LlamaForCausalLM`` reads ``outputs.hidden_states``."""
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+
+    def fill(x):
+        output = BaseModelOutputWithPast(last_hidden_state=x)
+        output["hidden_states"] = (x * 2,)
+        return output.hidden_states
+
+    x = torch.arange(3.0)
+    torch.testing.assert_close(thunder_ext.jit(fill, executors=["torch"])(x), (x * 2,))
+
+
+DynamicCache = transformers.DynamicCache
+"""Resolved outside the traces: ``transformers`` imports it lazily, and an import inside a trace assigns module
+locks (a failure of its own, not the one tested)."""
+
+
+def new_cache(x):
+    return x * 2, DynamicCache()
+
+
+@pytest.mark.parametrize("jit", [thunder_ext.jit, thunder.jit], ids=["thunder_ext", "stock"])
+def test_a_cache_made_in_the_call_and_returned_is_a_typed_error(jit):
+    """Stock Thunder's error names neither ``use_cache`` nor the fix (when it changes, revisit
+    :func:`thunder_ext.transformers_compat.build_value_from_wrapped`)."""
+    expected = (transformers_compat.CacheCreatedInCallError, "DynamicCache.*use_cache.*StaticCache")
+    if jit is thunder.jit:
+        expected = (NotImplementedError, "unhandled value of type .*DynamicCache")
+    with pytest.raises(expected[0], match=expected[1]):
+        jit(new_cache, executors=["torch"])(torch.arange(3.0))
+
+
+def _contents(cache) -> list[torch.Tensor]:
+    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+@pytest.mark.slow
+def test_default_use_cache_without_a_cache_is_a_typed_error_and_its_fix_works():
+    """``model(input_ids)``: ``use_cache`` defaults to ``True`` and the model makes a ``DynamicCache`` to return: a
+    typed error. What it says to do — pass an empty ``DynamicCache`` — fills it as eager does, on a cache hit too."""
+    tokens = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    model = tiny_llama().eval()
+    jitted = _jit(model, "torch")
+    with pytest.raises(transformers_compat.CacheCreatedInCallError,
+                       match=r"use_cache=True.*past_key_values=transformers\.DynamicCache.*use_cache=False"):
+        jitted(tokens)
+    eager = tiny_llama().eval()
+    with torch.no_grad():
+        expected = eager(input_ids=tokens, past_key_values=DynamicCache(config=eager.config))
+        for _ in range(2):
+            cache = DynamicCache(config=model.config)
+            got = jitted(input_ids=tokens, past_key_values=cache)
+            assert got.past_key_values is cache and cache.get_seq_length() == PROMPT
+            torch.testing.assert_close(got.logits, expected.logits)
+            torch.testing.assert_close(_contents(cache), _contents(expected.past_key_values))
+    assert thunder.cache_misses(jitted) == 2  # the failed compilation; the one with a cache
+
+
 def test_compileable_context_var_lookasides_pin_transformers():
     """What :mod:`thunder_ext.transformers_compat` relies on: ``CompileableContextVar`` keeps a ``ContextVar`` as
-    ``context_var`` and has ``get``/``set``/``reset``; the lookasides are added while the patches are held."""
+    ``context_var`` and has ``get``/``set``/``reset``; ``capture_outputs`` installs its hooks through the module's
+    ``maybe_install_capturing_hooks``; the lookasides are added while the patches are held."""
     from contextvars import ContextVar
 
     from transformers.utils import output_capturing
@@ -121,11 +225,13 @@ def test_compileable_context_var_lookasides_pin_transformers():
     assert var.get() == {"x": []}
     var.reset(token)
     assert var.get() is None
+    assert "maybe_install_capturing_hooks" in output_capturing.capture_outputs(lambda self: None).__code__.co_names
     cls = output_capturing.CompileableContextVar
     with _patches.holding():
         table = thunder.core.jit_ext._general_jit_lookaside_map
         assert all(table.get(fn) is not None for fn in (cls.get, cls.set, cls.reset))
-    assert set(transformers_compat.lookasides(output_capturing)) == {cls.get, cls.set, cls.reset}
+    assert set(transformers_compat.lookasides(output_capturing)) == {cls.get, cls.set, cls.reset,
+                                                                     output_capturing.maybe_install_capturing_hooks}
 
 
 @pytest.mark.slow
