@@ -42,7 +42,9 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   ``out=`` calls (:mod:`thunder_ext.overloads`), ``.data =`` and
                                                   metadata methods (:mod:`thunder_ext.rebinding`), later reads
                                                   after ``object.__setattr__`` see the new value
-                                                  (:func:`module_state.synced_setattr`),
+                                                  (:func:`module_state.synced_setattr`), dynamo's
+                                                  generation tag of a module built in the trace, run
+                                                  uninterpreted (:func:`module_state.lookasides`),
                                                   ``BatchNorm(momentum=None)`` (:mod:`thunder_ext.batch_norm`),
                                                   profiler ``record_function`` and ``torch.ops.profiler``
                                                   calls as no-ops (:mod:`thunder_ext.profiler`),
@@ -270,7 +272,8 @@ def _build_patches() -> tuple[Patch, ...]:
     object_setattr = module_state.synced_setattr(lookaside_map[object.__setattr__])
     added = (opaque_torch.lookasides() | seeding.lookasides() | overloads.lookasides(lookaside_map)
              | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
-             | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map))
+             | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
+             | module_state.lookasides())
     # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
     # replacement
     table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside) for fn, lookaside in added.items()]

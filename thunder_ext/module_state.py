@@ -41,6 +41,15 @@ old value, silently (``transformers``' ``ModelOutput.__setitem__``: ``output["hi
 ``output.hidden_states`` ``None``, and the model returned no hidden states). :func:`synced_setattr` wraps the
 interpreter's ``object.__setattr__`` lookaside with the refresh the builtin's makes, for the caches an earlier read
 left (installed by :mod:`thunder_ext._patches`). Cost: two dict lookups per such call, at trace time.
+
+A module *constructed* inside the traced function (litgpt builds ``nn.Identity()`` in ``forward``) runs
+``nn.Module.__init__``, which ``torch._dynamo`` replaces, once anything in the process went through
+``torch.compile``, by an ``__init__`` that also tags the module in its ``GenerationTracker`` — a process-wide
+weak-key registry of every module ever built. Interpreted, that one registry write made Thunder wrap every entry of
+the live registry (``populate_item_wrappers``: O(all modules ever made), per module made), and a garbage collection
+during that loop ran weak-reference callbacks that removed entries: "dictionary changed size during iteration",
+depending on what ran earlier in the process. The tag is dynamo's bookkeeping, not the program's: :func:`lookasides`
+runs it on the real module, as eager does, uninterpreted.
 """
 
 from __future__ import annotations
@@ -49,12 +58,13 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
+from torch._dynamo.mutation_guard import GenerationTracker
 
 from effects import GLOBAL, make_effects
 
 from thunder.core import devices, dtypes
 from thunder.core.compile_data import get_compile_data
-from thunder.core.interpreter import INTERPRETER_SIGNALS, PseudoInst, WrappedValue, unwrap
+from thunder.core.interpreter import INTERPRETER_SIGNALS, PseudoInst, WrappedValue, interpreter_needs_wrap, unwrap
 from thunder.core.module import ThunderModule
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import Proxy, TensorProxy
@@ -64,7 +74,7 @@ from ._thunder import ADDITIONAL_OUTPUTS
 from . import dict_state
 from .opaque_torch import executor, grad_requiring
 
-__all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "write_back_module_state", "synced_setattr"]
+__all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "write_back_module_state", "synced_setattr", "lookasides"]
 
 
 def _original(module: Any) -> Any:
@@ -242,3 +252,10 @@ def synced_setattr(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return setattr_lookaside
+
+
+def lookasides() -> dict[Any, Callable[..., Any]]:
+    """Interpreter lookasides (:mod:`thunder_ext._patches`): ``torch._dynamo``'s generation tag of a new module runs
+    uninterpreted (see the module docstring)."""
+    tag = vars(GenerationTracker)["tag"].__func__  # a classmethod: the interpreter calls its function with the class
+    return {tag: interpreter_needs_wrap(tag)}

@@ -149,3 +149,40 @@ def test_a_read_after_object_setattr_sees_the_new_value(jit):
     else:
         assert got[0] is None
         torch.testing.assert_close(got[1], x * 2)
+
+
+class _EntriesVanishWhileIterated(dict):
+    """A registry whose entries vanish while it is iterated, as when a garbage collection during the loop runs the
+    weak-reference callbacks of ``torch._dynamo``'s ``ExactWeakKeyDictionary`` (deterministic here)."""
+
+    def items(self):
+        for i, item in enumerate(dict.items(self)):
+            if i == 0:
+                del self[next(reversed(self))]
+            yield item
+
+
+def test_a_module_made_inside_the_function_is_tagged_by_dynamo_uninterpreted(monkeypatch):
+    """litgpt builds ``nn.Identity()`` in ``forward``. Once torch.compile ran in the process, ``nn.Module.__init__``
+    tags every new module in dynamo's process-wide registry; interpreted, that write made Thunder wrap every entry
+    of the live registry, and failed when entries vanished meanwhile."""
+    from torch._dynamo import mutation_guard
+    from torch._dynamo.utils import ExactWeakKeyDictionary
+
+    mutation_guard.install_generation_tagging_init()  # what the first torch.compile in a process does
+    registry = ExactWeakKeyDictionary()
+    registry.refs = _EntriesVanishWhileIterated()
+    earlier = [torch.nn.Identity() for _ in range(3)]
+    monkeypatch.setattr(mutation_guard.GenerationTracker, "generation_values", registry)
+    for module in earlier:
+        registry[module] = 0
+
+    def f(x):
+        return torch.nn.Identity()(x) * 2
+
+    x = torch.ones(3)
+    for executors in (["torch"], ["torchcompile"]):
+        jitted = thunder_ext.jit(f, executors=executors)
+        torch.testing.assert_close(jitted(x), x * 2)
+        torch.testing.assert_close(jitted(x), x * 2)  # the cache hit
+    assert all(module in registry for module in earlier)  # nothing iterated, nothing lost
