@@ -89,6 +89,20 @@ def _state(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimize
     return state
 
 
+def _training(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+              loss_of: Callable[[Callable[..., Any]], torch.Tensor]) -> Any:
+    """A training step of ``model`` (the step compiled): ``loss_of(forward)``, ``.backward()``, the optimizer's step
+    and ``zero_grad`` (eager, outside the compiled step); the loss is returned."""
+    def run(forward: Callable[..., Any]) -> Any:
+        loss = loss_of(forward)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
+    return model, run, (), _state(model, optimizer)
+
+
 # --- optimizers ---------------------------------------------------------------------------------------------------
 def _optimizer(kind: str, foreach: bool) -> Callable[[], Any]:
     def make() -> Any:
@@ -124,14 +138,8 @@ def _litgpt_train() -> Any:
     tokens = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(1))
     targets = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(2))
 
-    def run(forward: Callable[..., Any]) -> Any:
-        loss = torch.nn.functional.cross_entropy(forward(tokens).reshape(-1, 256), targets.reshape(-1))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        return loss
-
-    return model, run, (), _state(model, optimizer)
+    return _training(model, optimizer, lambda forward: torch.nn.functional.cross_entropy(
+        forward(tokens).reshape(-1, 256), targets.reshape(-1)))
 
 
 def _litgpt_decode() -> Any:
@@ -158,14 +166,8 @@ def _resnet_train() -> Any:
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     images, labels = torch.randn(2, 3, 32, 32), torch.tensor([1, 2])
 
-    def run(forward: Callable[..., Any]) -> Any:
-        loss = torch.nn.functional.cross_entropy(forward(images).logits, labels)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        return loss
-
-    return model, run, (), _state(model, optimizer)
+    return _training(model, optimizer,
+                     lambda forward: torch.nn.functional.cross_entropy(forward(images).logits, labels))
 
 
 # --- transformers Llama --------------------------------------------------------------------------------------------
@@ -183,14 +185,7 @@ def _llama_train() -> Any:
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     tokens = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(1))
 
-    def run(forward: Callable[..., Any]) -> Any:
-        loss = forward(input_ids=tokens, labels=tokens, use_cache=False).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        return loss
-
-    return model, run, (), _state(model, optimizer)
+    return _training(model, optimizer, lambda forward: forward(input_ids=tokens, labels=tokens, use_cache=False).loss)
 
 
 def _llama_decode() -> Any:
