@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import thunder_ext  # noqa: E402  (before thunder: the import shim)
 import thunder  # noqa: E402
 
+from examples.models import compare  # noqa: E402
 from benchmarks.common import (RESULTS_DIR, environment, fmt_bytes, fmt_seconds, markdown_table,  # noqa: E402
                                measure_memory, median_time, write_results)
 
@@ -238,19 +239,6 @@ CHECK_CALLS = 3
 """Calls of the compiled step compared with eager's, before timing (they are also the warm-up)."""
 
 
-def _difference(name: str, got: Any, want: Any) -> str | None:
-    if want is None and got is None:
-        return None
-    if not (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)):
-        return f"{name}: {type(got).__name__} where eager has {type(want).__name__}"
-    if got.shape != want.shape:
-        return f"{name}: shape {tuple(got.shape)} where eager has {tuple(want.shape)}"
-    got, want = got.detach().double(), want.detach().double()
-    if torch.allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True):
-        return None
-    return f"{name}: max |diff| {(got - want).abs().max().item():.3g}"
-
-
 def matches_eager(workload: Workload, run: Callable[..., Any], compiled: Any, args: tuple[Any, ...],
                   state: State) -> str:
     """``ok`` when :data:`CHECK_CALLS` calls of ``compiled`` return what eager returns on a fresh, identical
@@ -264,8 +252,9 @@ def matches_eager(workload: Workload, run: Callable[..., Any], compiled: Any, ar
             return f"WRONG (call {call + 1}: state {sorted(got.keys() ^ want.keys())[:2]} differs from eager's)"
         pairs |= {name: (got[name], want[name]) for name in want}
         for name, (g, w) in pairs.items():
-            if (found := _difference(name, g, w)) is not None:
-                return f"WRONG (call {call + 1}, {found})"
+            _, found = compare(w, g, RTOL, ATOL, name)
+            if found:
+                return f"WRONG (call {call + 1}, {found[0].name}: {found[0].detail})"
     return "ok"
 
 
