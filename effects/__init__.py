@@ -16,6 +16,7 @@ The core is framework-neutral (standard library + torch for schemas) and never i
 * :mod:`effects.dce`, :mod:`effects.schedule`, :mod:`effects.partition`, :mod:`effects.verify` — passes on the graph.
 * :mod:`effects.explain` — why an edge exists, as text for people (messages, DOT).
 * :mod:`effects.check` — run an op on samples and report where it contradicts its declaration.
+* :mod:`effects.objects` — Python object state as slots named by identity (:class:`Heap`) and its write-back plan.
 * :mod:`effects.functionalize`, :mod:`effects.reinplace` — the program without writes (for value transforms) and
   the way back to in-place kernels; :mod:`effects.aten_rules` holds the rules for ATen ops (imports torch).
 """
@@ -34,6 +35,7 @@ from .errors import (
     CycleError,
     DuplicateDefinitionError,
     EffectCheckError,
+    ObjectStateError,
     EffectError,
     FunctionalizationError,
     InvalidArgumentError,
@@ -65,6 +67,7 @@ from .model import (
     describe_key,
     rng,
 )
+from .objects import DELETED, INTERPRETER_OWNED, Heap, Materialize, Slot, SlotKind, Write, WriteBack, interpreter_owned
 from .functionalize import Functionalized, Rules, functionalize
 from .graph import HAZARD_RULES, DependencyGraph
 from .reinplace import InplaceRules, Layout, ReinplaceReport, Unview, ValueMeta, reinplace
@@ -101,7 +104,10 @@ __all__ = [
     "NonTensorWriteError",
     "MissingOutputError", "ConflictingDeclarationError", "UndeclaredOpError", "ProgramError",
     "UndefinedValueError", "DuplicateDefinitionError", "CycleError", "OrderViolation", "EffectCheckError",
-    "FunctionalizationError",
+    "FunctionalizationError", "ObjectStateError",
+    # Python object state
+    "Heap", "Slot", "SlotKind", "Write", "Materialize", "WriteBack", "DELETED", "INTERPRETER_OWNED",
+    "interpreter_owned",
     # truthfulness checks
     "check_op", "checked_call", "CheckReport", "Finding", "Lie", "Sample",
     # helpers for passes and adapters

@@ -20,6 +20,7 @@ Hierarchy::
     ├── CycleError                    a dependency cycle (prints the cycle)
     ├── OrderViolation                an order or transformed program breaks a dependency edge
     ├── FunctionalizationError        a write has no value semantics to derive (or a rule is wrong)
+    ├── ObjectStateError              a write to Python object state that an epilogue cannot replay
     └── EffectCheckError              an op's runtime behaviour contradicts its declaration
 """
 
@@ -42,6 +43,7 @@ __all__ = [
     "OrderViolation",
     "FunctionalizationError",
     "EffectCheckError",
+    "ObjectStateError",
 ]
 
 
@@ -110,3 +112,8 @@ class FunctionalizationError(EffectError, ValueError):
 
 class EffectCheckError(EffectError, AssertionError):
     """Running an op showed behaviour its effect declaration does not allow (or promises and lacks)."""
+
+
+class ObjectStateError(EffectError, NotImplementedError):
+    """A traced program wrote Python object state that the write-back cannot replay (a value an epilogue cannot
+    carry, an object of a class with no source); the message names the object's path and the slot, and the fix."""
