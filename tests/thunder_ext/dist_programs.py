@@ -47,14 +47,24 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 _groups: dict[str, Any] = {}
 
+GROUP_NAMES = ("a", "b")
+"""The named process groups programs use, made by :func:`make_groups` before any program is traced."""
+
+
+def make_groups() -> None:
+    """Create the named groups (every job that runs a program calls this first, so all ranks create them in the
+    same order). Never inside a trace: Thunder 0.2.6 cannot interpret ``dist.new_group`` (it calls a
+    ``typing.NewType``, ``GroupName``), so a group first asked for while tracing failed, and whether it was first
+    depended on which jobs this rank had run before (the order dependence of ``test_two_groups_are_not_serialized``
+    under ``-n auto``)."""
+    for name in GROUP_NAMES:
+        if name not in _groups:
+            _groups[name] = dist.new_group(list(range(dist.get_world_size())))
+
 
 def group(name: str) -> Any:
-    """A process group over every rank, created once per process (all ranks create them in the same order)."""
-    if name == "world":
-        return dist.group.WORLD
-    if name not in _groups:
-        _groups[name] = dist.new_group(list(range(dist.get_world_size())))
-    return _groups[name]
+    """A process group over every rank: ``"world"`` or one of :data:`GROUP_NAMES`."""
+    return dist.group.WORLD if name == "world" else _groups[name]
 
 
 # --- the programs ------------------------------------------------------------------------------------------------
@@ -213,6 +223,7 @@ def check_program(rank: int, world_size: int, name: str, configs: tuple[str, ...
                   jit: str = "thunder_ext") -> dict[str, list[str]]:
     """Job: program ``name`` under each executor configuration; per configuration, every difference from eager
     (outputs, then inputs after the call) on the first call and on the cache hit."""
+    make_groups()
     program = PROGRAMS[name]
     eager_inputs = program.make(rank)
     expected = program.fn(*eager_inputs)
@@ -236,6 +247,7 @@ def collective_paths(rank: int, world_size: int, name: str) -> list[tuple[str, s
     from effects import DependencyGraph
     from thunder_ext.adapter import adapt
 
+    make_groups()
     program = PROGRAMS.get(name) or ORDERING_ONLY[name]
     jfn = thunder_ext.jit(program.fn, executors=["torch"])
     jfn(*program.make(rank))
