@@ -40,7 +40,10 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   as opaque torch calls (:mod:`thunder_ext.opaque_torch`),
                                                   seeding as an ordered RNG write (:mod:`thunder_ext.seeding`),
                                                   ``out=`` calls (:mod:`thunder_ext.overloads`), ``.data =`` and
-                                                  metadata methods (:mod:`thunder_ext.rebinding`), later reads
+                                                  metadata methods (:mod:`thunder_ext.rebinding`), grad mode,
+                                                  interpreter-owned context managers and tensor metadata as
+                                                  eager answers them (:mod:`thunder_ext.interpreter_state`),
+                                                  later reads
                                                   after ``object.__setattr__`` see the new value
                                                   (:func:`module_state.synced_setattr`), dynamo's
                                                   generation tag of a module built in the trace, run
@@ -63,7 +66,10 @@ imports in ``torch_compile``, ``nvfuserex_impl``
 shadows the builtin there)                        paths through tensor keys by the keys' names
 ``jit_ext._infer_name_postfix_from_provenance``   :func:`dict_state.name_postfix` (a tensor-keyed subscript
                                                   spells its key's path: distinct names per parameter's state)
-``transforms._grad_fn_map[sym_id]``               gradient rules Thunder gets wrong (:mod:`thunder_ext.grad_fixes`)
+``transforms._grad_fn_map[sym_id]``               gradient rules Thunder finds only on the torch executor
+                                                  (:mod:`thunder_ext.grad_fixes`)
+``transforms.backward_impls[sym_id]``             Thunder's backward rules fixed in place (``torch.index_put``:
+                                                  :data:`grad_fixes.BACKWARD_FIXES`)
 ``transforms.put_grads``                          :func:`grad_fixes.put_grads` (a 0-dim operand's gradient summed)
 ``autodiff.split_into_forward_and_backward``      :func:`split.split_into_forward_and_backward` (side effects of
                                                   the forward stay in the forward)
@@ -112,12 +118,12 @@ import torch.distributed
 
 from thunder.core.compile_data import get_compile_data
 
-from . import (_thunder_fast, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize, module_state,
-               dict_state, opaque_torch, optimizers, overloads, pipeline, profiler, rebinding, seeding, split,
-               state, transformers_compat)
+from . import (_thunder_fast, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize,
+               interpreter_state, module_state, dict_state, opaque_torch, optimizers, overloads, pipeline, profiler,
+               rebinding, seeding, split, state, transformers_compat)
 from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
                        UPDATE_FUSION_CALL_CTX)
-from .grad_fixes import GRAD_FIXES, put_grads
+from .grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
 
 __all__ = ["Patch", "PATCHES", "OPTIONAL_LOOKASIDES", "optional_patches", "STAND_INS", "RUNNER_METHODS",
            "COMPILE_HOOK", "ADD_TRANSFORM_HOOK", "guarded", "apply", "restore", "applied", "holding",
@@ -182,8 +188,10 @@ def _distributed_utils() -> Any | None:
 
 dist_utils = _distributed_utils()
 
-_TABLES: dict[str, dict[Any, Any]] = {table.where: table.get()
-                                      for table in (LOOKASIDE_TABLE, METHOD_TABLE, PROPERTY_TABLE, GRAD_TABLE)}
+_TABLES: dict[str, dict[Any, Any]] = {
+    **{table.where: table.get() for table in (LOOKASIDE_TABLE, METHOD_TABLE, PROPERTY_TABLE, GRAD_TABLE)},
+    "thunder.core.transforms.backward_impls": thunder_transforms.backward_impls,
+}
 
 
 def guarded(original: Callable[..., Any], stand_in: Callable[..., Any]) -> Callable[..., Any]:
@@ -269,8 +277,9 @@ def _build_patches() -> tuple[Patch, ...]:
         patch(jit_ext, NAME_POSTFIX.name),
     ]
     lookaside_map = LOOKASIDE_TABLE.get()
-    object_setattr = module_state.synced_setattr(lookaside_map[object.__setattr__])
-    added = (opaque_torch.lookasides() | seeding.lookasides() | overloads.lookasides(lookaside_map)
+    object_setattr = module_state.synced_setattr(interpreter_state.owned_setattr(lookaside_map[object.__setattr__]))
+    added = (opaque_torch.lookasides() | interpreter_state.lookasides() | seeding.lookasides()
+             | overloads.lookasides(lookaside_map)
              | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
              | module_state.lookasides())
@@ -285,6 +294,9 @@ def _build_patches() -> tuple[Patch, ...]:
     table += [Patch(property_table, name, ABSENT, prop) for name, prop in optimizers.properties().items()]
     grad_map = GRAD_TABLE.get()
     table += [Patch(grad_map, sym_id, grad_map.get(sym_id, ABSENT), rule) for sym_id, rule in GRAD_FIXES.items()]
+    backward_map = thunder_transforms.backward_impls
+    table += [Patch(backward_map, sym_id, backward_map[sym_id], fix(backward_map[sym_id]))
+              for sym_id, fix in BACKWARD_FIXES.items()]
     if dist_utils is not None:
         table.append(patch(dist_utils, "sort_waits"))
     nvfuser = _optional_module("thunder.executors.nvfuserex_impl")
@@ -427,7 +439,8 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
     if cd is not None and cd.compile_options.get(state.OPTION):  # not get_compile_option: no query recorded
         apply()
         _calls.holds += 1
-    results = _ORIG_GENERAL_JIT(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
+    with interpreter_state.asking_leaves() as leaves_asked:
+        results = _ORIG_GENERAL_JIT(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
     if state.active():  # eager's overlap errors first; differentiated compilations see the trace without writes
         rebinding.check_stale_reads(results.computation_trace)
         seeding.refuse_under_autograd(results.computation_trace)
@@ -435,6 +448,7 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
         opaque_torch.refuse_under_autograd(results.computation_trace,
                                            functionalize.differentiated(results.computation_trace))
         eager_checks.guard_overlaps(results, args, kwargs)
+        interpreter_state.guard_leaves(results, args, kwargs, leaves_asked)
         results = functionalize.after_acquire(results, args, kwargs)
     return results
 

@@ -1,6 +1,6 @@
 """Gradient rules that Thunder 0.2.6 gets wrong, found by the gradient fuzzer (``thunder_ext.testing.check_jit_grad``).
 
-Each entry replaces the rule for one symbol id in Thunder's grad-rule table while the effect pipeline holds its
+Each entry replaces or adds the rule for one symbol id in Thunder's rule tables while the effect pipeline holds its
 patches (:mod:`thunder_ext._patches`: the table entries are patches like every other, so plain ``thunder.jit`` is
 unaffected until :func:`thunder_ext.install`).
 
@@ -8,6 +8,8 @@ unaffected until :func:`thunder_ext.install`).
   operands ``(a, indices, values)`` in order, so ``grad_values`` lands on ``indices`` and ``values`` gets no
   gradient at all (``x.index_put(idx, v)`` and ``x[idx] = v`` with ``v`` requiring grad). Reduced:
   ``torch.zeros(3).index_put((torch.tensor([0]),), v)`` gives ``v.grad is None`` under stock ``thunder.jit``.
+  The entry of Thunder's ``backward_impls`` is replaced by the same rule returning its gradients by operand name
+  (:data:`BACKWARD_FIXES`), not shadowed by a second rule in the grad table.
 * Elementwise binary prims (``add``, ``sub``, ``mul``, ``div``, ``where``, ...) accept a 0-dim tensor next to an
   n-dim one without an explicit broadcast, and their rules hand each operand ``g * other`` unreduced, so a 0-dim
   intermediate receives an n-dim gradient and the backward fails to build ("expand: the requested shape has too
@@ -23,32 +25,32 @@ unaffected until :func:`thunder_ext.install`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from thunder import clang
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten
-from thunder.core.transforms import get_grad, put_grad, sum_to
 
 import thunder.torch as ltorch
 
 from ._thunder import GRAD_TABLE
 
-__all__ = ["GRAD_FIXES", "put_grads"]
+__all__ = ["GRAD_FIXES", "BACKWARD_FIXES", "fixed_index_put_backward", "put_grads"]
 
 
-def _index_put_grad(a: TensorProxy, indices: Sequence[TensorProxy], values: TensorProxy,
-                    accumulate: bool = False) -> TensorProxy:
-    out = clang.index_put(a, indices, values, accumulate)
-    g = get_grad(out)
-    indices = tuple(indices)
-    g_values = g[indices]
-    if tuple(g_values.shape) != tuple(values.shape):
-        g_values = sum_to(g_values, values.shape)
-    put_grad(values, g_values)
-    put_grad(a, g if accumulate else clang.index_put(g, indices, ltorch.zeros_like(values), False))
-    return out
+def fixed_index_put_backward(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Thunder's own ``torch.index_put`` backward (``original``: ``(indices, values, accumulate, g) -> (grad_a,
+    grad_values)``), its gradients at the positions of the operands they belong to, ``(a, indices, values)``: both
+    of Thunder's differentiation paths pair a backward's results with the symbol's arguments by position."""
+
+    @functools.wraps(original)
+    def index_put_backward(indices: Sequence[TensorProxy], values: TensorProxy, accumulate: bool,
+                           g: TensorProxy) -> tuple[TensorProxy, None, TensorProxy]:
+        grad_a, grad_values = original(indices, values, accumulate, g)
+        return grad_a, None, grad_values
+
+    return index_put_backward
 
 
 def _torch_executor_rules() -> dict[Any, Callable[..., Any]]:
@@ -62,8 +64,14 @@ def _torch_executor_rules() -> dict[Any, Callable[..., Any]]:
             and sym_id not in augmented_forward_impls}
 
 
-GRAD_FIXES: dict[Any, Callable[..., Any]] = {"torch.index_put": _index_put_grad, **_torch_executor_rules()}
-"""Symbol id -> the corrected gradient rule (a Thunder grad transform: forward, ``get_grad``, ``put_grad``)."""
+GRAD_FIXES: dict[Any, Callable[..., Any]] = _torch_executor_rules()
+"""Symbol id -> the gradient rule a symbol lacks (a Thunder grad transform: forward, ``get_grad``, ``put_grad``)."""
+
+BACKWARD_FIXES: dict[Any, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "torch.index_put": fixed_index_put_backward,
+}
+"""Symbol id -> what makes Thunder's backward rule of that symbol (in its ``backward_impls``) right, given the rule:
+fixed in place, never a second rule next to it (Thunder's own tests check that no symbol has both)."""
 
 
 def put_grads(original: Callable[[Any, Any], None], a: Any, g: Any) -> None:
