@@ -15,8 +15,6 @@ The core is framework-neutral (standard library + torch for schemas) and never i
   policy sets, and the typed dependency graph (RAW/WAR/WAW/ORDER/...).
 * :mod:`effects.dce`, :mod:`effects.schedule`, :mod:`effects.partition`, :mod:`effects.verify` — passes on the graph.
 * :mod:`effects.explain` — why an edge exists, as text for people (messages, DOT).
-* :mod:`effects.contexts` — context managers that belong to a tracing interpreter, not to the program
-  (:data:`INTERPRETER_OWNED_CONTEXTS`: their attributes are never guarded nor written back).
 * :mod:`effects.check` — run an op on samples and report where it contradicts its declaration.
 * :mod:`effects.objects` — Python object state as slots named by identity (:class:`Heap`) and its write-back plan.
 * :mod:`effects.functionalize`, :mod:`effects.reinplace` — the program without writes (for value transforms) and
@@ -29,7 +27,6 @@ from ._util import gc_paused
 from .alias import StorageClasses
 from .check import CheckReport, Finding, Lie, Sample, check_op, checked_call
 from .compose import compose
-from .contexts import INTERPRETER_OWNED_CONTEXTS, interpreter_owned
 from .dce import dce, live_instructions
 from .dependent import DependentEffects
 from .edges import KEEPS_ALIVE, STORAGE_HAZARDS, Edge, EdgeKind
@@ -115,6 +112,4 @@ __all__ = [
     "check_op", "checked_call", "CheckReport", "Finding", "Lie", "Sample",
     # helpers for passes and adapters
     "gc_paused",
-    # tracer policy: context managers that are the interpreter's bookkeeping
-    "INTERPRETER_OWNED_CONTEXTS", "interpreter_owned",
 ]

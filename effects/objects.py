@@ -107,8 +107,11 @@ INTERPRETER_OWNED: tuple[type, ...] = (
     torch.utils._contextlib._DecoratorContextManager,  # no_grad, enable_grad, set_grad_enabled, inference_mode
     torch.autocast,
 )
-"""Types whose instances belong to the interpreter, not to the program: context managers whose attributes hold the
-mode they replaced. What they change is a global mode the trace carries; they are never guarded nor written back."""
+"""Types whose instances (subclasses' too) belong to the interpreter, not to the program: every decorator context
+manager of ``torch.utils._contextlib`` (``no_grad``, ``enable_grad``, ``set_grad_enabled``, ``inference_mode``, and any
+a library derives from them) and ``torch.autocast``. Their attributes hold the tracer's own bookkeeping
+(``no_grad.__enter__`` stores the previous mode in ``self.prev``, ``inference_mode`` its C guard): what they change
+is a global mode the trace carries; a tracer sets their attributes natively and never guards nor writes them back."""
 
 
 def interpreter_owned(obj: object) -> bool:

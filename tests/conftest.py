@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 from hypothesis import HealthCheck, settings
 
 import effects
@@ -30,8 +31,7 @@ SLOW = bool(os.environ.get("EFFECTS_SLOW"))
 """Run the tests marked ``slow`` too (set by ``.ci/run``)."""
 
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # under ``-n``: the workers share the cores instead of each
-    import torch  # taking all of them for its kernels (oversubscribed threads spin and wait on each other)
-
+    # taking all of them for its kernels (oversubscribed threads spin and wait on each other)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 _QUIET = [HealthCheck.too_slow]
@@ -47,6 +47,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 def registry() -> effects.Registry:
     """A fresh, isolated registry (schema defaults, opaque fallback)."""
     return effects.Registry()
+
+
+@pytest.fixture(autouse=True)
+def _torch_modes_unchanged():
+    """Fail any test that starts or ends with torch's process-wide modes changed (grad mode, the default dtype):
+    such a leak makes later tests depend on order (``torch.set_grad_enabled(False)`` *constructed* in a
+    ``parametrize`` list disables grad for the whole process at collection)."""
+    modes = (torch.is_grad_enabled, torch.get_default_dtype, torch.is_inference_mode_enabled)
+    expected = (True, torch.float32, False)
+    assert tuple(m() for m in modes) == expected, "an earlier test or the collection left torch's modes changed"
+    yield
+    assert tuple(m() for m in modes) == expected, "this test left torch's modes changed (grad mode or dtype)"
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ program takes another branch than eager, silently. Three classes of questions go
   ``with torch.inference_mode():``): their ``__enter__`` stores bookkeeping on the context-manager object
   (``self.prev``, ``self._inference_mode_context``), which the interpreter recorded as the program's attribute
   writes; the epilogue then tried to write them back (an object Thunder cannot locate, or a C guard it cannot
-  carry: a typed error where eager runs). The policy is :data:`effects.INTERPRETER_OWNED_CONTEXTS`: such objects
+  carry: a typed error where eager runs). The policy is :data:`effects.INTERPRETER_OWNED`: such objects
   belong to the interpreter, so :func:`owned_setattr` (around the interpreter's ``object.__setattr__`` lookaside)
   sets their attributes natively and records nothing — never guarded, never written back.
 * **grad mode**, a resource whose semantics the trace carries: Thunder tracks it in its compile data

@@ -3,6 +3,8 @@ first, restored slots skipped, interpreter-owned objects never recorded, slots a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from hypothesis import given
@@ -86,11 +88,13 @@ def test_created_objects_reachable_through_created_objects_live() -> None:
     assert [s.target for s in heap.plan() if isinstance(s, Materialize)] == [outer, inner]
 
 
-@pytest.mark.parametrize("manager", [torch.no_grad(), torch.enable_grad(), torch.inference_mode(),
-                                     torch.set_grad_enabled(False), torch.autocast("cpu")],
-                         ids=lambda m: type(m).__name__)
-def test_context_managers_are_interpreter_owned(manager: object) -> None:
-    heap = Heap()
+@pytest.mark.parametrize("make", [torch.no_grad, torch.enable_grad, torch.inference_mode,
+                                  lambda: torch.set_grad_enabled(torch.is_grad_enabled()),
+                                  lambda: torch.autocast("cpu")],
+                         ids=["no_grad", "enable_grad", "inference_mode", "set_grad_enabled", "autocast"])
+def test_context_managers_are_interpreter_owned(make: Callable[[], object]) -> None:
+    """(Made in the test: ``set_grad_enabled(mode)`` sets the mode when constructed.)"""
+    heap, manager = Heap(), make()
     assert effects.interpreter_owned(manager)
     assert heap.write(manager, ATTR, "prev", True) is False
     assert heap.plan() == () and heap.written() == frozenset()
