@@ -35,7 +35,7 @@ from effects import GLOBAL, make_effects
 
 from thunder.core.interpreter import (PseudoInst, ProvenanceRecord, WrappedValue, default_lookaside, do_raise, wrap,
                                       wrap_binary_subscr, wrap_const)
-from thunder.core.jit_ext import EXT_FLAG_IS_MODULE, EXT_FLAG_IS_MODULE_MEMBER_DICT, get_jit_ctx
+from thunder.core.jit_ext import EXT_FLAG_IS_MODULE, get_jit_ctx
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors.pythonex import ex as pythonex
@@ -113,8 +113,10 @@ def _original(d: WrappedValue) -> Any:
 
 def _through_module(record: ProvenanceRecord) -> bool:
     """Whether the path goes through an ``nn.Module`` (Thunder unpacks those its own way, through the
-    ``ThunderModule``; module structure is not what this module guards)."""
-    if record.ext_flag & (EXT_FLAG_IS_MODULE | EXT_FLAG_IS_MODULE_MEMBER_DICT):
+    ``ThunderModule``; module structure is not what this module guards). Thunder's member-dict flag alone does not
+    say so: its ``object.__setattr__`` lookaside sets it on the ``__dict__`` of *any* object assigned to (an LR
+    scheduler's ``opt._opt_called = True``), which hid the optimizer's state from this module."""
+    if record.ext_flag & EXT_FLAG_IS_MODULE:
         return True
     return any(_through_module(i) for i in record.inputs)
 
