@@ -35,7 +35,7 @@ from thunder.core.prims import PrimIDs
 from thunder.core.trace import TraceCtx
 from thunder.executors.pythonex import ex as pythonex
 
-__all__ = ["REFERENT", "DEREFERENCE", "ReferentDiedError", "lookasides", "resolve_in_prologue"]
+__all__ = ["REFERENT", "DEREFERENCE", "dereference", "ReferentDiedError", "lookasides", "resolve_in_prologue"]
 
 REFERENT = "thunder_effects_referent"
 """The constant key of the provenance ``ref[REFERENT]`` a dereferenced object gets (an identifier: it becomes
@@ -46,7 +46,7 @@ class ReferentDiedError(RuntimeError):
     """The object a weak reference pointed to when the function was traced is gone at run time."""
 
 
-def _dereference(ref: Any) -> Any:
+def dereference(ref: Any) -> Any:
     found = ref() if isinstance(ref, weakref.ref) else None
     if found is None:
         raise ReferentDiedError(
@@ -60,7 +60,7 @@ def _dereference_meta(ref: Any) -> Any:
     raise NotImplementedError("bound directly in the prologue, never traced")
 
 
-DEREFERENCE = pythonex.register_operator("thunder_effects_dereference", meta=_dereference_meta, fn=_dereference)
+DEREFERENCE = pythonex.register_operator("thunder_effects_dereference", meta=_dereference_meta, fn=dereference)
 """Prologue: the object a weak reference points to at run time (:class:`ReferentDiedError` when it is gone)."""
 
 
