@@ -53,7 +53,9 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   calls as no-ops (:mod:`thunder_ext.profiler`),
                                                   ``dict`` methods on dicts reachable from the arguments
                                                   (:mod:`thunder_ext.dict_state`), ``optimizer._get_value``
-                                                  (:mod:`thunder_ext.optimizers`), ``*_like(memory_format=)``;
+                                                  (:mod:`thunder_ext.optimizers`), ``*_like(memory_format=)``,
+                                                  calls of weak references, whose objects the prologue
+                                                  fetches again (:mod:`thunder_ext.referents`);
                                                   when ``transformers`` is imported, its ``CompileableContextVar``
                                                   as a ``ContextVar`` (:mod:`thunder_ext.transformers_compat`,
                                                   :data:`OPTIONAL_LOOKASIDES`)
@@ -120,7 +122,7 @@ from thunder.core.compile_data import get_compile_data
 
 from . import (_thunder_fast, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize,
                interpreter_state, module_state, dict_state, opaque_torch, optimizers, overloads, pipeline, profiler,
-               rebinding, seeding, split, state, transformers_compat)
+               rebinding, referents, seeding, split, state, transformers_compat)
 from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
                        UPDATE_FUSION_CALL_CTX)
 from .grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
@@ -282,7 +284,7 @@ def _build_patches() -> tuple[Patch, ...]:
              | overloads.lookasides(lookaside_map)
              | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
-             | module_state.lookasides())
+             | module_state.lookasides() | referents.lookasides())
     # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
     # replacement
     table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside) for fn, lookaside in added.items()]
@@ -449,6 +451,7 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
                                            functionalize.differentiated(results.computation_trace))
         eager_checks.guard_overlaps(results, args, kwargs)
         interpreter_state.guard_leaves(results, args, kwargs, leaves_asked)
+        referents.resolve_in_prologue(results.prologue_trace)
         results = functionalize.after_acquire(results, args, kwargs)
     return results
 

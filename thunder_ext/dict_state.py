@@ -25,6 +25,7 @@ interpreter's own extension points (lookasides, prologue constraints, recorded m
 
 from __future__ import annotations
 
+import types
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +36,7 @@ from effects import GLOBAL, make_effects
 
 from thunder.core.interpreter import (PseudoInst, ProvenanceRecord, WrappedValue, default_lookaside, do_raise, wrap,
                                       wrap_binary_subscr, wrap_const)
-from thunder.core.jit_ext import EXT_FLAG_IS_MODULE, EXT_FLAG_IS_MODULE_MEMBER_DICT, get_jit_ctx
+from thunder.core.jit_ext import EXT_FLAG_IS_MODULE, get_jit_ctx
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors.pythonex import ex as pythonex
@@ -43,7 +44,7 @@ from thunder.executors.pythonex import ex as pythonex
 from ._thunder import DICT_WRITES, GUARDED_DICTS
 from .opaque_torch import executor
 
-__all__ = ["SET_ITEM", "CHECK_KEYS", "DictKeysChanged", "lookasides", "write_back", "reachable",
+__all__ = ["SET_ITEM", "CHECK_KEYS", "DictKeysChanged", "ProxyLeakError", "lookasides", "write_back", "reachable",
            "sorted_by_proxy_names", "name_postfix"]
 
 _UNPACKABLE = frozenset({PseudoInst.LOAD_ATTR, PseudoInst.BINARY_SUBSCR})
@@ -113,8 +114,10 @@ def _original(d: WrappedValue) -> Any:
 
 def _through_module(record: ProvenanceRecord) -> bool:
     """Whether the path goes through an ``nn.Module`` (Thunder unpacks those its own way, through the
-    ``ThunderModule``; module structure is not what this module guards)."""
-    if record.ext_flag & (EXT_FLAG_IS_MODULE | EXT_FLAG_IS_MODULE_MEMBER_DICT):
+    ``ThunderModule``; module structure is not what this module guards). Thunder's member-dict flag alone does not
+    say so: its ``object.__setattr__`` lookaside sets it on the ``__dict__`` of *any* object assigned to (an LR
+    scheduler's ``opt._opt_called = True``), which hid the optimizer's state from this module."""
+    if record.ext_flag & EXT_FLAG_IS_MODULE:
         return True
     return any(_through_module(i) for i in record.inputs)
 
@@ -213,9 +216,86 @@ def _setitem(original: Callable[..., Any]) -> Callable[..., Any]:
             if d.original_value is d.nothing:
                 ctx.proxify(d)  # the interpreter's copy takes the write; the real dict is written by the epilogue
             _recorded(ctx).append((d, key, value))
+        elif isinstance(d, WrappedValue) and d.original_value is d.nothing and _leaks(d, value):
+            return do_raise(_leak_error(d, key))
         return original(d, key, value)
 
     return setitem
+
+
+class ProxyLeakError(NotImplementedError):
+    """The traced function writes a traced value into a dict (or an object's attributes) that existed before the
+    call but that the prologue cannot fetch again: the write would leave a Thunder proxy in the user's object."""
+
+
+_CREATING = frozenset({PseudoInst.NEW, PseudoInst.BUILD_TUPLE, PseudoInst.BUILD_DICT, PseudoInst.BUILD_NAMEDTUPLE})
+_COPYING = frozenset({"copy", "__copy__", "deepcopy", "__deepcopy__", "fromkeys", "__new__", "__or__", "__ror__"})
+
+
+def _made_in_call(record: ProvenanceRecord) -> bool:
+    """Whether the object was (or may have been) made by the traced call: its path holds a construction (a
+    ``BUILD_*`` instruction, a type called, ``object.__new__``, a copy) rather than only reads and calls that hand
+    out existing objects (a getter, a weak reference)."""
+    record = _bound_self(record)
+    inst = record.inst
+    name = inst.opname if not isinstance(inst, PseudoInst) else ""
+    if inst in _CREATING or name.startswith(("BUILD_", "DICT_", "LIST_", "SET_", "MAKE_")):
+        return True
+    if inst is PseudoInst.OPAQUE:
+        fn = record.inputs[0].value if record.inputs[0].inst is PseudoInst.CONSTANT else None
+        if fn is None or isinstance(fn, type) or getattr(fn, "__name__", "") in _COPYING:
+            return True
+        arguments = record.inputs[1]  # the call's argument tuple is the interpreter's packaging, not a construction
+        return any(_made_in_call(i) for i in [*arguments.inputs, *record.inputs[2:]])
+    return any(_made_in_call(i) for i in record.inputs)
+
+
+_BINDERS = {types.MethodType: 1, types.MethodType.__new__: 2, types.FunctionType.__get__: 1}
+"""Opaque calls that make a bound method: the position of the object bound among their arguments."""
+
+
+def _bound_self(record: ProvenanceRecord) -> ProvenanceRecord:
+    """``m.__self__`` of a bound method the call made (``MethodType(f, obj)``, ``f.__get__(obj)``: what a
+    ``WeakMethod`` or an LR scheduler's step wrapper calls) is the record of ``obj``; any other record as it is."""
+    if not (record.inst is PseudoInst.LOAD_ATTR and record.inputs[1].inst is PseudoInst.CONSTANT
+            and record.inputs[1].value == "__self__" and record.inputs[0].inst is PseudoInst.OPAQUE):
+        return record
+    fn, arguments = record.inputs[0].inputs[:2]
+    position = _BINDERS.get(fn.value) if fn.inst is PseudoInst.CONSTANT else None
+    return record if position is None or len(arguments.inputs) <= position else arguments.inputs[position]
+
+
+def _holds_proxy(value: Any) -> bool:
+    return isinstance(value, Proxy) or (isinstance(value, (list, tuple)) and any(_holds_proxy(v) for v in value))
+
+
+def _leaks(d: WrappedValue, value: WrappedValue) -> bool:
+    """The safety net under every dict write this module does not take over: whether a traced value written into
+    ``d`` would stay in a real dict that existed before the call (not one the call made) as a Thunder proxy."""
+    return _holds_proxy(_unwrap_value(value)) and not _through_module(d.provenance) \
+        and _from_inputs(d.provenance) and not _made_in_call(d.provenance)
+
+
+def _from_inputs(record: ProvenanceRecord) -> bool:
+    """Whether the path starts at the function's inputs (a constant of the interpreter's own, such as the dict
+    behind a module's ``__setattr__``, has no origin to judge)."""
+    return record.inst in _INPUTS or any(_from_inputs(i) for i in record.inputs)
+
+
+def _leak_error(d: WrappedValue, key: WrappedValue) -> ProxyLeakError:
+    record = d.provenance
+    owner = f"the attributes of {record.inputs[0].value!r}" if _is_attribute_dict(record) else "a dict"
+    return ProxyLeakError(
+        f"thunder_ext.jit: the function writes a traced value under the key {_unwrap_value(key)!r} into {owner} "
+        f"that existed before the call but is reached in a way the compiled program cannot repeat at run time "
+        f"(through an opaque call: {record}). Writing it would leave a Thunder proxy in your object. Reach the "
+        "object through the function's arguments, attributes or subscripts instead, or keep this write outside "
+        "the jitted function.")
+
+
+def _is_attribute_dict(record: ProvenanceRecord) -> bool:
+    return (record.inst is PseudoInst.LOAD_ATTR and record.inputs[1].inst is PseudoInst.CONSTANT
+            and record.inputs[1].value == "__dict__")
 
 
 def _recorded(ctx: Any) -> list[tuple[Any, Any, Any]]:

@@ -97,7 +97,7 @@ def _set_buffer(root: Any, name: str, value: Any, detach: bool = False) -> None:
 
 
 def _set_attribute(obj: Any, name: str, value: Any, detach: bool = False) -> None:
-    setattr(_original(obj), name, _as_eager(value, detach))
+    setattr(_original(obj), name, _fresh(_as_eager(value, detach)))
 
 
 def _write_meta(obj: Any, name: str, value: Any, detach: bool = False) -> None:
@@ -147,11 +147,17 @@ _SCALARS = (bool, int, float, str, type(None), torch.dtype, torch.device)
 torch's)."""
 
 
+_CONTAINERS = (list, tuple, dict)
+"""Plain containers an attribute write carries, element by element (an LR scheduler's ``_last_lr``, a list of
+floats), rebuilt afresh by every run of the epilogue (:func:`_fresh`)."""
+
+
 def _eager_value(owner: Any, name: str, value: Any) -> Any:
-    """``value`` as eager code would have stored it: Thunder's dtype or device as torch's.
+    """``value`` as eager code would have stored it: Thunder's dtype or device as torch's; a list, tuple or dict
+    (exactly those types) of such values, element by element.
 
     Raises:
-        NotImplementedError: another kind of Python object (a list, a dict, an instance), which the epilogue
+        NotImplementedError: another kind of Python object (an instance, a container subclass), which the epilogue
             cannot carry.
     """
     if isinstance(value, dtypes.dtype):
@@ -160,10 +166,26 @@ def _eager_value(owner: Any, name: str, value: Any) -> Any:
         return devices.to_torch_device(value)
     if isinstance(value, (Proxy, *_SCALARS)):
         return value
+    if type(value) in _CONTAINERS:
+        if isinstance(value, dict):
+            return {_eager_value(owner, name, k): _eager_value(owner, name, v) for k, v in value.items()}
+        return type(value)(_eager_value(owner, name, v) for v in value)
     raise NotImplementedError(
         f"thunder_ext.jit cannot write back the attribute {name!r} (left holding a {type(value).__name__}) to "
-        f"{owner}: only tensors, numbers, strings, None, dtypes and devices can be. Keep such state outside the "
-        "jitted function, or restore the attribute before it returns.")
+        f"{owner}: only tensors, numbers, strings, None, dtypes, devices and lists, tuples or dicts of them can "
+        "be. Keep such state outside the jitted function, or restore the attribute before it returns.")
+
+
+def _fresh(value: Any) -> Any:
+    """A new list or dict (recursively) for each run: the epilogue's constant is never handed to the user, who
+    may mutate what eager would have built anew."""
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_fresh(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    return value
 
 
 def _rebound_items(modified: Any, restored: Collection[str] = ()) -> dict[str, Any]:

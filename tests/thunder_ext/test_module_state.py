@@ -6,6 +6,8 @@ attribute. (The catalog's tensor cases are in ``test_eager_semantics``; these ar
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 pytest.importorskip("thunder")
@@ -111,12 +113,12 @@ def test_stock_thunder_drops_or_fails_on_these_writes():
 
 class KeepsAList(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.history = [x]
+        self.history = types.SimpleNamespace(value=x)  # lists, tuples and dicts of such values are written back
         return x + 1
 
 
 def test_a_value_the_epilogue_cannot_carry_is_a_typed_error():
-    with pytest.raises(NotImplementedError, match=r"'history' \(left holding a list\)"):
+    with pytest.raises(NotImplementedError, match=r"'history' \(left holding a SimpleNamespace\)"):
         thunder_ext.jit(KeepsAList(), executors=["torch"])(torch.arange(3.0))
 
 
