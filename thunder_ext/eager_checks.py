@@ -1,5 +1,5 @@
 """Where eager PyTorch raises, the compiled program raises too: in-place result types and partially overlapping
-arguments.
+arguments; and the guard that the arguments share storage as when the program was compiled.
 
 **In-place result types** (trace time). Eager computes an in-place op in the op's result type and refuses to store
 it when that type cannot be cast to the written tensor's (``torch.can_cast``): ``int_tensor.add_(0.5)``,
@@ -34,6 +34,14 @@ from, so at compile time they are made again from the call's own arguments (view
 keep their strides (and, if they alias, their offsets; :data:`SAME_LAYOUT`) — a call with another layout compiles
 again and is decided again. Cost: one pass over the trace's in-place ops per compilation; a stride comparison per
 such argument and call, only in functions with such pairs.
+
+**Which arguments share storage** (run time, only for programs that write an argument). The program was
+compiled for one grouping of its arguments by storage — every argument placed on its run-time object
+(:mod:`thunder_ext.arguments`: parameters, buffers, attributes and items too, which Thunder's cache key does not
+see) — and a write through one member of a group is read through the others (functionalization's synthetic bases,
+the effect graph's ordering). :data:`SAME_STORAGE` pins that grouping in the prologue: untied weights, or tensors
+newly tied, miss the entry and compile again. A program that writes no argument cannot tell one tensor from two
+and is not guarded. Cost: one storage pointer per tensor argument and call.
 """
 
 from __future__ import annotations
