@@ -137,7 +137,8 @@ class Rules:
         """Instructions defining ``name`` as the value of root ``root`` once instruction ``index`` wrote its tree
         (``before`` -> ``after``), or ``None`` (the default) to take ``after`` as it is. The hook for value
         semantics beyond the data: a write autograd does not record (``torch.no_grad``) keeps the root's
-        autograd identity, so an autograd adapter commits ``after`` through a straight-through op."""
+        autograd identity, so an autograd adapter commits ``after`` through a straight-through op. A root given a new
+        value here is the one the written views see: they are read again from it (replayed)."""
         return None
 
     def clone(self, value: Value, name: Value) -> Instruction:
@@ -329,8 +330,11 @@ class _Walk:
             for inst in scattered:
                 self.emit(inst, "scatter", view_index)
             values.append(name)
-        values[-1] = self.commit(index, top, befores[-1], values[-1])
+        committed = self.commit(index, top, befores[-1], values[-1])
         version = top.version + 1
+        if committed != values[-1]:  # the root's value is the commit's: the views on the path are replayed from it
+            top.current, top.version = committed, version
+            return
         for v, current in zip(path, values, strict=True):
             v.current, v.version = current, version
 

@@ -120,7 +120,7 @@ import torch.distributed
 
 from thunder.core.compile_data import get_compile_data
 
-from . import (_thunder_fast, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize,
+from . import (_thunder_fast, arguments, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize,
                interpreter_state, module_state, dict_state, opaque_torch, optimizers, overloads, pipeline, profiler,
                rebinding, referents, seeding, split, state, transformers_compat)
 from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
@@ -449,10 +449,13 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
         rebinding.refuse_under_autograd(results.computation_trace)
         opaque_torch.refuse_under_autograd(results.computation_trace,
                                            functionalize.differentiated(results.computation_trace))
-        eager_checks.guard_overlaps(results, args, kwargs)
-        interpreter_state.guard_leaves(results, args, kwargs, leaves_asked)
-        referents.resolve_in_prologue(results.prologue_trace)
-        results = functionalize.after_acquire(results, args, kwargs)
+        referents.resolve_in_prologue(results.prologue_trace)  # before the prologue's unpacking is replayed
+        tensors = arguments.argument_tensors(results.prologue_trace, results.computation_trace, fn, args, kwargs)
+        interpreter_state.guard_leaves(results, tensors, leaves_asked)
+        aliases = arguments.alias_groups_of(tensors)
+        state.place_input_aliases(aliases)
+        eager_checks.guard_aliasing(results, tensors)
+        results = functionalize.after_acquire(results, aliases)
     return results
 
 

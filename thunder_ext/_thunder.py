@@ -60,6 +60,8 @@ attribute                                   on                   holds
 ==========================================  ===================  ==============================================
 :data:`INPUT_ALIASES`                       ``CompileData``      groups of argument names sharing storage at
                                                                  run time
+:data:`PLACED_ALIASES`                      ``CompileData``      the exact groups of the compilation in
+                                                                 progress, until recorded as the above
 :data:`EPILOGUE_WRITES`                     ``CompileData``      arguments the epilogue writes back after the
                                                                  forward (autograd write-backs)
 :data:`REBOUND`                             ``CompileData``      the in-place metadata changes of the tracing in
@@ -89,7 +91,7 @@ __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "LOOKASIDE_TABLE", "GRAD_TABLE", "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "ADDITIONAL_OUTPUTS",
            "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
            "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS",
-           "INPUT_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT",
+           "INPUT_ALIASES", "PLACED_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT",
            "RESOLVED", "FUSED", "RUNNER", "GUARDED_DICTS", "DICT_WRITES", "RUNNER_CALL", "RUNNER_BUILD"]
 
 _MISSING: Any = object()
@@ -148,6 +150,10 @@ class Stash:
 
     def put(self, obj: Any, value: Any) -> None:
         vars(obj)[self.name] = value
+
+    def take(self, obj: Any, default: Any = None) -> Any:
+        """The value, removed from ``obj``."""
+        return vars(obj).pop(self.name, default)
 
 
 # --- private names read ---------------------------------------------------------------------------------------
@@ -219,6 +225,9 @@ PRIVATE_NAMES: tuple[Private, ...] = (
 # --- attributes attached ------------------------------------------------------------------------------------
 INPUT_ALIASES = Stash("_thunder_effects_input_aliases", "thunder.common.CompileData",
                       "groups of argument names that share storage at run time (state.record_input_aliases)")
+PLACED_ALIASES = Stash("_thunder_effects_placed_aliases", "thunder.common.CompileData",
+                       "the exact argument alias groups of the compilation in progress, placed by the compile hook "
+                       "and taken by state.record_input_aliases")
 EPILOGUE_WRITES = Stash("_thunder_effects_epilogue_writes", "thunder.common.CompileData",
                         "names of the arguments the epilogue writes back after the forward (state)")
 REBOUND = Stash("_thunder_effects_rebound", "thunder.common.CompileData",
@@ -241,6 +250,6 @@ RUNNER_CALL = Stash("call_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRu
 RUNNER_BUILD = Stash("build_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                      "the runner's graph build, bound on that runner: warm-up on clones of written inputs")
 
-STASHES: tuple[Stash, ...] = (INPUT_ALIASES, EPILOGUE_WRITES, REBOUND, DCE_FIXPOINT, RESOLVED, FUSED, RUNNER,
-                              GUARDED_DICTS, DICT_WRITES, RUNNER_CALL, RUNNER_BUILD)
+STASHES: tuple[Stash, ...] = (INPUT_ALIASES, PLACED_ALIASES, EPILOGUE_WRITES, REBOUND, DCE_FIXPOINT, RESOLVED, FUSED,
+                              RUNNER, GUARDED_DICTS, DICT_WRITES, RUNNER_CALL, RUNNER_BUILD)
 """Every attribute thunder_ext attaches to Thunder objects (see the module docstring)."""

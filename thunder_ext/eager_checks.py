@@ -1,5 +1,5 @@
 """Where eager PyTorch raises, the compiled program raises too: in-place result types and partially overlapping
-arguments.
+arguments; and the guard that the arguments share storage as when the program was compiled.
 
 **In-place result types** (trace time). Eager computes an in-place op in the op's result type and refuses to store
 it when that type cannot be cast to the written tensor's (``torch.can_cast``): ``int_tensor.add_(0.5)``,
@@ -34,6 +34,14 @@ from, so at compile time they are made again from the call's own arguments (view
 keep their strides (and, if they alias, their offsets; :data:`SAME_LAYOUT`) — a call with another layout compiles
 again and is decided again. Cost: one pass over the trace's in-place ops per compilation; a stride comparison per
 such argument and call, only in functions with such pairs.
+
+**Which arguments share storage** (run time, only for programs that write an argument). The program was
+compiled for one grouping of its arguments by storage — every argument placed on its run-time object
+(:mod:`thunder_ext.arguments`: parameters, buffers, attributes and items too, which Thunder's cache key does not
+see) — and a write through one member of a group is read through the others (functionalization's synthetic bases,
+the effect graph's ordering). :data:`SAME_STORAGE` pins that grouping in the prologue: untied weights, or tensors
+newly tied, miss the entry and compile again. A program that writes no argument cannot tell one tensor from two
+and is not guarded. Cost: one storage pointer per tensor argument and call.
 """
 
 from __future__ import annotations
@@ -55,13 +63,14 @@ from thunder.core.pytree import tree_flatten, tree_map
 from ._thunder import TORCH_FUNCTION_MAP
 from .adapter import AdaptedTrace, adapt
 from .declarations import ASSERT
-from .functionalize import alias_groups_of, argument_tensors
+from .arguments import alias_groups_of, storage_pattern
+from .functionalize import written_arguments
 from .keys import python_signature
 from .opaque_torch import executor
 
 __all__ = ["SCALAR_TYPE_NAMES", "result_type_error", "checked_copy", "Overlap", "overlap_status",
            "PARTIAL_OVERLAP_MESSAGE", "NO_PARTIAL_OVERLAP", "SAME_LAYOUT", "overlap_pairs", "view_pairs",
-           "check_overlaps", "guard_overlaps"]
+           "SAME_STORAGE", "check_overlaps", "guard_aliasing"]
 
 
 # --- in-place result types -------------------------------------------------------------------------------------
@@ -229,6 +238,23 @@ SAME_LAYOUT = executor.register_operator(
 storage offset) it had when the entry was compiled; otherwise the entry does not fit the call."""
 
 
+def _same_storage(pattern: tuple[int, ...], *tensors: torch.Tensor) -> None:
+    if storage_pattern(tensors) != pattern:
+        raise RuntimeError("thunder_effects_same_storage: the arguments share storage differently from the compiled "
+                           "entry's (a cache miss, not an error)")
+
+
+def _same_storage_meta(pattern: tuple[int, ...], *tensors: TensorProxy) -> None:
+    return None
+
+
+SAME_STORAGE = executor.register_operator(
+    "thunder_effects_same_storage", meta=_same_storage_meta, fn=_same_storage,
+    effects=Effects(resources=frozenset({ResourceEffect(ASSERT, ordered=False)})))
+"""``same_storage(pattern, *tensors)``: a prologue check that ``tensors`` are grouped by storage as when the entry
+was compiled (:func:`thunder_ext.arguments.storage_pattern`); otherwise the entry does not fit the call."""
+
+
 def _torch_function(sym: Any) -> Callable[..., Any] | None:
     """The torch callable a Thunder view symbol stands for (``ltorch.getitem`` -> ``Tensor.__getitem__``)."""
     for torch_fn, mapped in TORCH_FUNCTION_MAP.get().items():
@@ -311,40 +337,54 @@ def view_pairs(adapted: AdaptedTrace) -> tuple[tuple[str, str], ...]:
                          if not (a in arguments and b in arguments) and storage.storage(a) == storage.storage(b)}))
 
 
-def guard_overlaps(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+def guard_aliasing(results: Any, tensors: Mapping[str, torch.Tensor]) -> None:
     """Raise eager's partial-overlap error now if this call's operands of one in-place op partially overlap
-    (nothing is compiled), and guard the entry in the prologue so that a later call it would not raise for does not
-    run it (and compiles, and raises):
+    (nothing is compiled), and guard the entry in the prologue so that a later call it would not be right for
+    does not run it (and compiles, and is decided again):
 
     * arguments that alias (:func:`overlap_pairs`): :data:`NO_PARTIAL_OVERLAP` for each pair, on every call;
     * views made inside the function (:func:`view_pairs`): made again from this call's arguments (:class:`_Views`)
       and checked now; the arguments they come from keep their strides (and, when they alias, their offsets) —
-      :data:`SAME_LAYOUT` — since how views overlap depends on nothing else.
+      :data:`SAME_LAYOUT` — since how views overlap depends on nothing else;
+    * which arguments share storage (:data:`SAME_STORAGE`), when the computation writes an argument: the program
+      was compiled for that grouping (functionalization's synthetic bases, the effect graph's ordering).
 
-    ``results`` are Thunder's ``TraceResults`` (its prologue is changed in place)."""
+    ``results`` are Thunder's ``TraceResults`` (its prologue is changed in place), ``tensors`` the call's tensors
+    by computation argument name (:func:`thunder_ext.arguments.argument_tensors`)."""
     prologue, computation = results.prologue_trace, results.computation_trace
-    tensors = argument_tensors(prologue, computation, args, kwargs)
     aliased = alias_groups_of(tensors)
     adapted = adapt(computation, input_aliases=aliased)
     pairs = overlap_pairs(adapted, aliased) if aliased else ()
     check_overlaps(pairs, tensors)
-    inside = view_pairs(adapted)
-    guarded: dict[str, int | None] = {}
-    if inside:
-        views = _Views(adapted, tensors)
-        in_group = {name for group in aliased for name in group}
-        for written, read in inside:
-            w, r = views(written), views(read)
-            if w is None or r is None:
-                continue
-            _no_partial_overlap(w, r)
-            for root in views.roots[written] | views.roots[read]:
-                guarded[root] = int(tensors[root].storage_offset()) if root in in_group else None
-    if not pairs and not guarded:
-        return
+    guarded = _check_view_pairs(adapted, tensors, aliased)
     pro_to_comp = prologue.bound_symbols[-1].args[0][0]
     proxy_of = {c.name: p for c, p in zip(computation.args, pro_to_comp, strict=False) if isinstance(c, Proxy)}
     checks = [NO_PARTIAL_OVERLAP.bind(proxy_of[w], proxy_of[r], output=None) for w, r in pairs]
     checks += [SAME_LAYOUT.bind(proxy_of[root], tuple(tensors[root].stride()), offset, output=None)
                for root, offset in sorted(guarded.items())]
+    names = [c.name for c in computation.args if isinstance(c, Proxy) and c.name in tensors]
+    if len(names) > 1 and written_arguments(adapted):
+        checks.append(SAME_STORAGE.bind(storage_pattern([tensors[n] for n in names]),
+                                        *(proxy_of[n] for n in names), output=None))
     prologue.bound_symbols[-1:-1] = checks
+
+
+def _check_view_pairs(adapted: AdaptedTrace, tensors: Mapping[str, torch.Tensor],
+                      aliased: Sequence[frozenset[str]]) -> dict[str, int | None]:
+    """Raise eager's error if views made inside the function partially overlap in this call (:func:`view_pairs`);
+    the arguments they come from, with the storage offset to pin (``None``: strides only; see
+    :func:`guard_aliasing`)."""
+    inside = view_pairs(adapted)
+    guarded: dict[str, int | None] = {}
+    if not inside:
+        return guarded
+    views = _Views(adapted, tensors)
+    in_group = {name for group in aliased for name in group}
+    for written, read in inside:
+        w, r = views(written), views(read)
+        if w is None or r is None:
+            continue
+        _no_partial_overlap(w, r)
+        for root in views.roots[written] | views.roots[read]:
+            guarded[root] = int(tensors[root].storage_offset()) if root in in_group else None
+    return guarded

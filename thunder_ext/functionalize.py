@@ -71,8 +71,8 @@ from .adapter import AdaptedTrace, adapt_bsyms
 from .resolve import bsym_effects
 from .state import record_epilogue_writes
 
-__all__ = ["ThunderRules", "functionalize_for_grad", "Writeback", "NO_GRAD_UPDATE", "WRITEBACK", "DETACH_OUTPUT",
-           "STORED"]
+__all__ = ["ThunderRules", "functionalize_for_grad", "written_arguments", "Writeback", "NO_GRAD_UPDATE", "WRITEBACK",
+           "DETACH_OUTPUT", "STORED"]
 
 
 # --- the two symbols functionalization adds ------------------------------------------------------------------
@@ -537,7 +537,7 @@ def _functionalize_for_grad(trace: TraceCtx, grad_enabled: bool,
     views, bases = _synthetic_bases(adapted.program.input_aliases, adapted.program.inputs)
     result = functionalize(adapted.program, ThunderRules(adapted, modes, proxies), input_views=views,
                            fresh_outputs=_fresh_outputs(adapted))
-    build = _Build(trace, adapted, result, proxies, bases, _written_under_grad(adapted, modes), flat_args)
+    build = _Build(trace, adapted, result, proxies, bases, written_arguments(adapted, modes), flat_args)
     new, writebacks = build(frozenset())
     cloned = _read_through_clones(new, writebacks, flat_args)
     if cloned:
@@ -661,74 +661,21 @@ def _requiring_grad(bsyms: Sequence[BoundSymbol], args: Sequence[Any]) -> set[st
     return grad
 
 
-def _written_under_grad(adapted: AdaptedTrace, modes: Sequence[bool]) -> set[Hashable]:
-    """Inputs whose storage some instruction writes under grad mode."""
+def written_arguments(adapted: AdaptedTrace, modes: Sequence[bool] | None = None) -> set[Hashable]:
+    """Inputs whose storage some instruction writes (only instructions ``i`` with ``modes[i]``, when given: those
+    under grad mode); an instruction with unknown writes writes every input."""
     graph = effects.DependencyGraph.build(adapted.program)
     storage = graph.storage
     inputs = adapted.program.inputs
     found: set[Hashable] = set()
     for i in range(graph.n):
-        if modes[i]:
+        if modes is None or modes[i]:
             written = graph.written_storage(i)
             found.update(v for v in inputs if written is None or storage.storage(v) in written)
     return found
 
 
 # --- wiring: right after Thunder acquired the traces ---------------------------------------------------------
-def _leaf_paths(value: Any, path: tuple[Any, ...] = ()) -> Iterable[tuple[tuple[Any, ...], Any]]:
-    """``(path, leaf)`` in the order of Thunder's pytree flattening (sequences in order, dicts by sorted key)."""
-    if isinstance(value, (tuple, list)):
-        for k, v in enumerate(value):
-            yield from _leaf_paths(v, (*path, k))
-    elif isinstance(value, dict):
-        for k in sorted(value):
-            yield from _leaf_paths(value[k], (*path, k))
-    else:
-        yield path, value
-
-
-def argument_tensors(prologue: TraceCtx, computation: TraceCtx, args: Sequence[Any],
-                     kwargs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """The call's strided tensors by the name of the computation argument they become: each computation argument
-    is traced back through the prologue's ``unpack_getitem`` chain to its place in the call's ``(args, kwargs)``."""
-    paths: dict[str | None, tuple[Any, ...]] = {}
-    for bsym in prologue.bound_symbols:
-        if bsym.sym.id is PrimIDs.UNPACK_TRIVIAL and bsym.output is not None:
-            name = getattr(bsym.output, "name", None)
-            if name in ("args", "kwargs"):
-                paths[name] = (0 if name == "args" else 1,)
-        elif bsym.sym.id is PrimIDs.UNPACK_GETITEM:
-            container, key = bsym.args[0], bsym.args[1]
-            if getattr(container, "name", None) in paths and isinstance(bsym.output, Proxy):
-                paths[bsym.output.name] = (*paths[container.name], key)
-    tensors: dict[tuple[Any, ...], torch.Tensor] = {}
-    for path, leaf in _leaf_paths((tuple(args), dict(kwargs))):
-        if type(leaf) is torch.Tensor and leaf.layout is torch.strided:
-            tensors[path] = leaf
-    pro_to_comp = prologue.bound_symbols[-1].args[0][0]
-    found: dict[str, torch.Tensor] = {}
-    for comp_arg, pro_arg in zip(computation.args, pro_to_comp, strict=False):
-        tensor = tensors.get(paths.get(getattr(pro_arg, "name", None), ()))
-        if tensor is not None and isinstance(comp_arg, Proxy):
-            found[comp_arg.name] = tensor
-    return found
-
-
-def argument_alias_groups(prologue: TraceCtx, computation: TraceCtx, args: Sequence[Any],
-                          kwargs: Mapping[str, Any]) -> tuple[frozenset[str], ...]:
-    """The computation's arguments that share storage in this call, by name — the grouping of Thunder's
-    ``alias_tensor_indices`` (part of the cache key), placed exactly (:func:`argument_tensors`)."""
-    return alias_groups_of(argument_tensors(prologue, computation, args, kwargs))
-
-
-def alias_groups_of(tensors: Mapping[str, torch.Tensor]) -> tuple[frozenset[str], ...]:
-    """The names of ``tensors`` grouped by storage, groups of two or more."""
-    groups: dict[int, set[str]] = {}
-    for name, tensor in tensors.items():
-        groups.setdefault(tensor.untyped_storage().data_ptr(), set()).add(name)
-    return tuple(frozenset(g) for g in groups.values() if len(g) > 1)
-
-
 def differentiated(computation: TraceCtx) -> bool:
     """Whether the compilation in progress will differentiate ``computation``: an argument requires grad and an
     output can carry a gradient (:func:`constant_for_autograd`; such compilations have their arguments' grad
@@ -745,11 +692,11 @@ def differentiated(computation: TraceCtx) -> bool:
     return not constant_for_autograd(computation)
 
 
-def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+def after_acquire(results: Any, input_aliases: Iterable[frozenset[str]]) -> Any:
     """Functionalize ``results.computation_trace`` (Thunder's ``TraceResults``) when the compilation will be
     differentiated, and thread its autograd write-backs through the prologue and the epilogue (see the module
-    docstring). ``args``/``kwargs`` are the call being compiled (for which arguments share storage). Returns
-    ``results`` (modified in place)."""
+    docstring). ``input_aliases`` are the computation's arguments that share storage in the call being compiled
+    (:func:`thunder_ext.arguments.alias_groups_of`). Returns ``results`` (modified in place)."""
     from thunder.core.compile_data import get_compile_data
 
     cd = get_compile_data()
@@ -758,7 +705,6 @@ def after_acquire(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
         if any(isinstance(a, TensorProxy) and a.requires_grad for a in computation.args):
             _arguments_without_grad(computation)  # constant for autograd: no forward/backward split
         return results
-    input_aliases = argument_alias_groups(results.prologue_trace, computation, args, kwargs)
     new, writebacks = functionalize_for_grad(computation, grad_enabled=bool(cd.is_grad_enabled),
                                              input_aliases=input_aliases)
     results.computation_trace = new

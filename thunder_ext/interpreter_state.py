@@ -59,7 +59,6 @@ from thunder.core.trace import get_tracectx
 
 from ._thunder import INTERPRET_CALL
 from .declarations import ASSERT
-from .functionalize import argument_tensors
 from .opaque_torch import executor
 
 __all__ = ["METADATA", "NO_HISTORY", "SAME_LEAF", "TracedInferenceMode", "TracedGradFn", "owned_setattr",
@@ -269,10 +268,11 @@ SAME_LEAF = executor.register_operator(
 """``same_leaf(t, leaf)``: a prologue check that argument ``t``'s ``is_leaf`` is what the trace was told."""
 
 
-def guard_leaves(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+def guard_leaves(results: Any, tensors: Mapping[str, torch.Tensor],
                  asked: Sequence[tuple[torch.Tensor, bool]]) -> None:
     """Add :data:`SAME_LEAF` to the prologue of ``results`` (Thunder's ``TraceResults``, changed in place) for every
-    tensor of the call (``args``, ``kwargs``) whose leafness the computation ``asked`` (:func:`asking_leaves`).
+    tensor of the call (``tensors``: :func:`thunder_ext.arguments.argument_tensors`, by computation argument name)
+    whose leafness the computation ``asked`` (:func:`asking_leaves`).
 
     Raises:
         NotImplementedError: the tensor asked about is not an argument of the call (then nothing could check it on
@@ -280,14 +280,14 @@ def guard_leaves(results: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
     """
     if not asked:
         return
-    prologue, computation = results.prologue_trace, results.computation_trace
-    names = {id(tensor): name for name, tensor in argument_tensors(prologue, computation, args, kwargs).items()}
+    names = {id(tensor): name for name, tensor in tensors.items()}
     missing = [tensor for tensor, _ in asked if id(tensor) not in names]
     if missing:
         raise NotImplementedError(
             f"thunder_ext.jit cannot check on later calls the leafness (is_leaf/grad_fn) of a tensor of shape "
             f"{tuple(missing[0].shape)} that requires grad and is not an argument of the call. Pass it as an "
             "argument, or ask outside the jitted function.")
+    prologue, computation = results.prologue_trace, results.computation_trace
     pro_to_comp = prologue.bound_symbols[-1].args[0][0]
     proxy_of = {c.name: p for c, p in zip(computation.args, pro_to_comp, strict=False) if isinstance(c, TensorProxy)}
     leaves = {names[id(tensor)]: leaf for tensor, leaf in asked}

@@ -10,6 +10,10 @@ wrapper calls Thunder's original — the one place that check is made.
 compile data (:data:`thunder_ext._thunder.INPUT_ALIASES`), where every later pass reads them
 (:func:`current_input_aliases`) as the neutral program's ``input_aliases``, and threads no ``update_aliases``
 unless :data:`OPTION_ALIAS_UPDATES` asks for it (aliased arguments are then still never rewritten as reshapes).
+Thunder's groups are indices into the call's flattened plain-tensor arguments, placed on the computation's
+arguments by position; the compile hook knows better — every computation argument's run-time value, parameters,
+buffers and attributes included (:mod:`thunder_ext.arguments`) — and places the exact groups first
+(:func:`place_input_aliases`), which the stand-in then records instead.
 
 **Epilogue writes.** Functionalization leaves some argument write-backs to the epilogue, which runs after the
 forward and before the backward (:func:`record_epilogue_writes`); a pass that would recompute a read of such an
@@ -26,10 +30,10 @@ from thunder.core.proxies import Proxy
 from thunder.core.pytree import tree_flatten
 from thunder.core.trace import TraceCtx
 
-from ._thunder import EPILOGUE_WRITES, INPUT_ALIASES
+from ._thunder import EPILOGUE_WRITES, INPUT_ALIASES, PLACED_ALIASES
 
 __all__ = ["OPTION", "OPTION_ALIAS_UPDATES", "set_global", "global_enabled", "active", "input_aliases_of",
-           "current_input_aliases", "record_input_aliases"]
+           "current_input_aliases", "place_input_aliases", "record_input_aliases"]
 
 OPTION = "thunder_effects"
 """Compile option (bool) that turns the effect pipeline on for one ``thunder.jit``."""
@@ -93,12 +97,22 @@ def _alias_groups(trace: TraceCtx, alias_tensor_indices: Sequence[Sequence[int]]
     return tuple(groups)
 
 
-def record_input_aliases(original: Callable[..., Any], computation_trace: TraceCtx,
-                         alias_tensor_indices: list[list[int]]) -> TraceCtx:
-    """Stand-in for ``thunder.core.update_aliases.insert_alias_updates`` (``original``)."""
+def place_input_aliases(groups: tuple[frozenset[str], ...]) -> None:
+    """The computation's arguments that share storage in the call being compiled, placed exactly (by name): what
+    :func:`record_input_aliases` records for this compilation instead of Thunder's positional groups."""
     cd = get_compile_data()
     if cd is not None:
-        INPUT_ALIASES.put(cd, _alias_groups(computation_trace, alias_tensor_indices))
+        PLACED_ALIASES.put(cd, groups)
+
+
+def record_input_aliases(original: Callable[..., Any], computation_trace: TraceCtx,
+                         alias_tensor_indices: list[list[int]]) -> TraceCtx:
+    """Stand-in for ``thunder.core.update_aliases.insert_alias_updates`` (``original``): records the groups
+    :func:`place_input_aliases` placed for this compilation, else Thunder's placed by position."""
+    cd = get_compile_data()
+    if cd is not None:
+        placed = PLACED_ALIASES.take(cd)
+        INPUT_ALIASES.put(cd, _alias_groups(computation_trace, alias_tensor_indices) if placed is None else placed)
     if get_compile_option(OPTION_ALIAS_UPDATES, "Also thread update_aliases (thunder-effects)."):
         return original(computation_trace, [])
     return computation_trace

@@ -51,6 +51,7 @@ EXPECTED_PRIVATE_NAMES = (
 
 EXPECTED_STASHES = (
     "thunder.common.CompileData._thunder_effects_input_aliases",
+    "thunder.common.CompileData._thunder_effects_placed_aliases",
     "thunder.common.CompileData._thunder_effects_epilogue_writes",
     "thunder.common.CompileData._thunder_effects_rebound",
     "thunder.core.trace.TraceCtx._thunder_effects_dce_fixpoint",
