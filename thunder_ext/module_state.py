@@ -230,7 +230,7 @@ def write_back_module_state(original: Callable[..., Any], ctx: Any, epilogue_tra
                 epilogue_trace.add_name(roots[owner].name)
     with tracectx(epilogue_trace):
         for owner, name, value in written:
-            stored = object_state.epilogue_value(value, f"the attribute {name!r} of {owner}")
+            stored = object_state.epilogue_value(value, f"{object_state.describe(owner)}.{name}")
             SET_ATTRIBUTE(roots[owner], name, stored, without_grad(stored))
         dict_state.write_back(ctx, object_state.epilogue_value)
         object_state.write_back(ctx)

@@ -40,9 +40,12 @@ one operator call per list written and per created object and field.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
 from typing import Any
+
+import torch
 
 from effects import GLOBAL, make_effects
 
@@ -57,7 +60,7 @@ from .dict_state import SET_ITEM, reachable
 from .opaque_torch import executor
 
 __all__ = ["CreatedObjectError", "SET_CONTENTS", "NEW_OBJECT", "SET_FIELD", "lookasides", "write_back",
-           "epilogue_value", "record_created_field", "is_created", "build_value_from_wrapped"]
+           "epilogue_value", "record_created_field", "is_created", "build_value_from_wrapped", "describe"]
 
 
 class CreatedObjectError(NotImplementedError):
@@ -249,8 +252,9 @@ def _fields(obj: WrappedValue) -> dict[str, WrappedValue]:
 
 
 _CONSTANTS = (bool, int, float, complex, str, bytes, type(None), type, FunctionType, BuiltinFunctionType, MethodType,
-              ModuleType)
-"""Values the epilogue holds as they are (numbers, strings, classes, functions, modules)."""
+              ModuleType, enum.Enum, slice, torch.dtype, torch.device, torch.Size, torch.layout, torch.memory_format)
+"""Values the epilogue holds as they are (numbers, strings, classes, functions, modules, enum members, torch's
+immutable descriptors)."""
 
 
 def epilogue_value(value: Any, path: str) -> Any:
@@ -359,11 +363,13 @@ def write_back(ctx: Any) -> None:
     :data:`SET_CONTENTS` of the run's list."""
     for lst in _stash(ctx, LIST_WRITES).values():
         items = _items(lst, lst.value)
-        SET_CONTENTS(_reference(lst), [epilogue_value(item, f"{_label(lst)}[{i}]") for i, item in enumerate(items)])
+        label = describe(lst.provenance)
+        SET_CONTENTS(_reference(lst), [epilogue_value(item, f"{label}[{i}]") for i, item in enumerate(items)])
 
 
-def _label(wrapped: WrappedValue) -> str:
-    record, parts = wrapped.provenance, []
+def describe(record: Any) -> str:
+    """An access path for people (``argument.layers[0]``)."""
+    parts = []
     while record.inst in (PseudoInst.LOAD_ATTR, PseudoInst.BINARY_SUBSCR) and len(record.inputs) == 2:
         key = record.inputs[1].value if record.inputs[1].inst is PseudoInst.CONSTANT else "?"
         parts.append(f".{key}" if record.inst is PseudoInst.LOAD_ATTR else f"[{key!r}]")
