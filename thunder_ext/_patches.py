@@ -33,9 +33,9 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   rule)
 ``jit_ext.process_recorded_modifications``       :func:`module_state.write_back_module_state` (module attributes
                                                   rebound in ``forward`` reach later calls and the module)
-``jit_ext.build_value_from_wrapped``             :func:`transformers_compat.build_value_from_wrapped` (a
-                                                  ``transformers`` cache made in the call and returned: a typed
-                                                  error naming ``use_cache``)
+``jit_ext.build_value_from_wrapped``             :func:`object_state.build_value_from_wrapped` (an object
+                                                  made in the call and returned is rebuilt in the
+                                                  epilogue)
 ``jit_ext._general_jit_lookaside_map[torch_fn]``  new entries: torch functions without a Thunder symbol trace
                                                   as opaque torch calls (:mod:`thunder_ext.opaque_torch`),
                                                   seeding as an ordered RNG write (:mod:`thunder_ext.seeding`),
@@ -52,7 +52,9 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   profiler ``record_function`` and ``torch.ops.profiler``
                                                   calls as no-ops (:mod:`thunder_ext.profiler`),
                                                   ``dict`` methods on dicts reachable from the arguments
-                                                  (:mod:`thunder_ext.dict_state`), ``optimizer._get_value``
+                                                  (:mod:`thunder_ext.dict_state`), ``list`` writes and
+                                                  length-dependent reads (:mod:`thunder_ext.object_state`),
+                                                  ``optimizer._get_value``
                                                   (:mod:`thunder_ext.optimizers`), ``*_like(memory_format=)``,
                                                   calls of weak references, whose objects the prologue
                                                   fetches again (:mod:`thunder_ext.referents`);
@@ -121,8 +123,8 @@ import torch.distributed
 from thunder.core.compile_data import get_compile_data
 
 from . import (_thunder_fast, arguments, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize,
-               interpreter_state, module_state, dict_state, opaque_torch, optimizers, overloads, pipeline, profiler,
-               rebinding, referents, seeding, split, state, transformers_compat)
+               interpreter_state, module_state, dict_state, object_state, opaque_torch, optimizers, overloads,
+               pipeline, profiler, rebinding, referents, seeding, split, state, transformers_compat)
 from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
                        UPDATE_FUSION_CALL_CTX)
 from .grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
@@ -236,7 +238,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "split_into_forward_and_backward": (autodiff.split_into_forward_and_backward,
                                         split.split_into_forward_and_backward),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, module_state.write_back_module_state),
-    "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, transformers_compat.build_value_from_wrapped),
+    "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
     **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),
     "sorted": (sorted, dict_state.sorted_by_proxy_names),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
@@ -284,7 +286,7 @@ def _build_patches() -> tuple[Patch, ...]:
              | overloads.lookasides(lookaside_map)
              | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
-             | module_state.lookasides() | referents.lookasides())
+             | module_state.lookasides() | referents.lookasides() | object_state.lookasides())
     # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
     # replacement
     table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside) for fn, lookaside in added.items()]

@@ -30,6 +30,7 @@ name                                                  used by          for
 ``thunder.core.jit_ext._infer_name_postfix_from_pro…  _patches         patched: a tensor-keyed subscript spells
                                                                        its key's path (dict_state)
 ``thunder.core.interpreter._interpret_call``          batch_norm,      interprets a function from a lookaside
+                                                      object_state,
                                                       optimizers,
                                                       transformers_compat
 ``JitCtx._additional_outputs``                        module_state     the interpreter's record of assignments
@@ -74,6 +75,12 @@ attribute                                   on                   holds
                                                                  sets
 :data:`GUARDED_DICTS`, :data:`DICT_WRITES`  ``JitCtx``           dicts whose keys the prologue pins, writes
                                                                  into reachable dicts (dict_state)
+:data:`GUARDED_LISTS`, :data:`LIST_WRITES`  ``JitCtx``           lists whose length the prologue pins, reachable
+                                                                 lists written (object_state)
+:data:`CREATED_FIELDS`                      ``JitCtx``           wrappers of the fields of objects the call made
+                                                                 (object_state)
+:data:`EPILOGUE_OBJECTS`                    ``JitCtx``           the epilogue's proxies of rebuilt objects and
+                                                                 referenced arguments (object_state)
 :data:`RUNNER_CALL`, :data:`RUNNER_BUILD`   ``CUDAGraphRunner``  ``call_cuda_graph``/``build_cuda_graph``
                                                                  bound on that runner
 ==========================================  ===================  ==============================================
@@ -92,7 +99,8 @@ __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
            "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS",
            "INPUT_ALIASES", "PLACED_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT",
-           "RESOLVED", "FUSED", "RUNNER", "GUARDED_DICTS", "DICT_WRITES", "RUNNER_CALL", "RUNNER_BUILD"]
+           "RESOLVED", "FUSED", "RUNNER", "GUARDED_DICTS", "DICT_WRITES", "GUARDED_LISTS", "LIST_WRITES",
+           "CREATED_FIELDS", "EPILOGUE_OBJECTS", "RUNNER_CALL", "RUNNER_BUILD"]
 
 _MISSING: Any = object()
 
@@ -179,7 +187,7 @@ LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch", "
 NAME_POSTFIX = Private("thunder.core.jit_ext", "_infer_name_postfix_from_provenance", Kind.MODULE, ("_patches",),
                        "names proxied inputs after their access path; patched to spell tensor-keyed subscripts")
 INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE,
-                         ("batch_norm", "interpreter_state", "optimizers", "transformers_compat"),
+                         ("batch_norm", "interpreter_state", "object_state", "optimizers", "transformers_compat"),
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
 ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs", Kind.FIELD, ("module_state",),
                              "the interpreter's record of assignments to Python objects (module attributes)")
@@ -245,11 +253,21 @@ GUARDED_DICTS = Stash("_thunder_effects_guarded_dicts", "thunder.core.jit_ext.Ji
                       "the dicts whose key set the tracing in progress pins in the prologue (dict_state)")
 DICT_WRITES = Stash("_thunder_effects_dict_writes", "thunder.core.jit_ext.JitCtx",
                     "writes into dicts reachable from the arguments, for the epilogue (dict_state)")
+GUARDED_LISTS = Stash("_thunder_effects_guarded_lists", "thunder.core.jit_ext.JitCtx",
+                      "the lists whose length the tracing in progress pins in the prologue (object_state)")
+LIST_WRITES = Stash("_thunder_effects_list_writes", "thunder.core.jit_ext.JitCtx",
+                    "lists reachable from the arguments that the call writes, for the epilogue (object_state)")
+CREATED_FIELDS = Stash("_thunder_effects_created_fields", "thunder.core.jit_ext.JitCtx",
+                       "the wrappers of the fields assigned to objects the call created (object_state)")
+EPILOGUE_OBJECTS = Stash("_thunder_effects_epilogue_objects", "thunder.core.jit_ext.JitCtx",
+                         "the epilogue's proxies of the objects it rebuilds and of the arguments it references "
+                         "(object_state)")
 RUNNER_CALL = Stash("call_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                     "the runner's call, bound on that runner: copy-back of written arguments, fresh outputs")
 RUNNER_BUILD = Stash("build_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                      "the runner's graph build, bound on that runner: warm-up on clones of written inputs")
 
 STASHES: tuple[Stash, ...] = (INPUT_ALIASES, PLACED_ALIASES, EPILOGUE_WRITES, REBOUND, DCE_FIXPOINT, RESOLVED, FUSED,
-                              RUNNER, GUARDED_DICTS, DICT_WRITES, RUNNER_CALL, RUNNER_BUILD)
+                              RUNNER, GUARDED_DICTS, DICT_WRITES, GUARDED_LISTS, LIST_WRITES, CREATED_FIELDS,
+                              EPILOGUE_OBJECTS, RUNNER_CALL, RUNNER_BUILD)
 """Every attribute thunder_ext attaches to Thunder objects (see the module docstring)."""

@@ -38,7 +38,7 @@ from thunder.core.interpreter import (PseudoInst, ProvenanceRecord, WrappedValue
                                       wrap_binary_subscr, wrap_const)
 from thunder.core.jit_ext import EXT_FLAG_IS_MODULE, get_jit_ctx
 from thunder.core.proxies import Proxy, TensorProxy
-from thunder.core.trace import TraceCtx, tracectx
+from thunder.core.trace import get_tracectx, tracectx
 from thunder.executors.pythonex import ex as pythonex
 
 from ._thunder import DICT_WRITES, GUARDED_DICTS
@@ -306,24 +306,27 @@ def _recorded(ctx: Any) -> list[tuple[Any, Any, Any]]:
     return found
 
 
-def write_back(ctx: Any, epilogue_trace: TraceCtx) -> None:
+def write_back(ctx: Any, convert: Callable[[Any, str], Any]) -> None:
     """Each last write into a reachable dict (not a module's own dicts, which Thunder writes back itself) becomes
-    :data:`SET_ITEM` in the epilogue."""
+    :data:`SET_ITEM` in the epilogue (the current trace); ``convert(value, label)`` gives the value the epilogue
+    stores (:func:`thunder_ext.object_state.epilogue_value`: a tensor's proxy, an object the call created
+    rebuilt)."""
     writes = _recorded(ctx)
     if not writes:
         return
     last: dict[tuple[int, Any], tuple[Any, Any, Any]] = {}
     for d, key, value in writes:
         last[(id(d), key.value)] = (d, key, value)
+    epilogue_trace = get_tracectx()
     dict_proxies: dict[int, Proxy] = {}
     for d, key, value in last.values():
         proxy = dict_proxies.get(id(d))
         if proxy is None:
-            proxy = Proxy(history=d.provenance)
+            with tracectx(ctx.computation_trace):  # named in the computation's namespace, as Thunder's roots
+                proxy = Proxy(history=d.provenance)
             epilogue_trace.add_name(proxy.name)
             dict_proxies[id(d)] = proxy
-        with tracectx(epilogue_trace):
-            SET_ITEM(proxy, key.value, value.value)
+        SET_ITEM(proxy, key.value, convert(value, f"the item {key.value!r} of a dict"))
     writes.clear()
 
 

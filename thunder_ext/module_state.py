@@ -68,10 +68,11 @@ from thunder.core.interpreter import INTERPRETER_SIGNALS, PseudoInst, WrappedVal
 from thunder.core.module import ThunderModule
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import Proxy, TensorProxy
-from thunder.core.trace import TraceCtx
+from thunder.core.trace import TraceCtx, tracectx
 
 from ._thunder import ADDITIONAL_OUTPUTS
-from . import dict_state
+from . import dict_state, object_state
+from .dict_state import reachable
 from .opaque_torch import executor, grad_requiring
 
 __all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "write_back_module_state", "synced_setattr", "lookasides"]
@@ -97,7 +98,7 @@ def _set_buffer(root: Any, name: str, value: Any, detach: bool = False) -> None:
 
 
 def _set_attribute(obj: Any, name: str, value: Any, detach: bool = False) -> None:
-    setattr(_original(obj), name, _fresh(_as_eager(value, detach)))
+    setattr(_original(obj), name, _as_eager(value, detach))
 
 
 def _write_meta(obj: Any, name: str, value: Any, detach: bool = False) -> None:
@@ -142,49 +143,17 @@ def _attribute_writes(ctx: Any) -> list[tuple[Any, str, Any]]:
     return found
 
 
-_SCALARS = (bool, int, float, str, type(None), torch.dtype, torch.device)
-"""Values other than proxies an attribute write carries into the epilogue (Thunder's dtypes and devices as
-torch's)."""
+_SCALARS = (bool, int, float, str, type(None), torch.dtype, torch.device, dtypes.dtype, devices.Device)
+"""Values compared by value, not identity, to tell whether an attribute was rebound (Thunder's dtypes and devices
+as torch's)."""
 
 
-_CONTAINERS = (list, tuple, dict)
-"""Plain containers an attribute write carries, element by element (an LR scheduler's ``_last_lr``, a list of
-floats), rebuilt afresh by every run of the epilogue (:func:`_fresh`)."""
-
-
-def _eager_value(owner: Any, name: str, value: Any) -> Any:
-    """``value`` as eager code would have stored it: Thunder's dtype or device as torch's; a list, tuple or dict
-    (exactly those types) of such values, element by element.
-
-    Raises:
-        NotImplementedError: another kind of Python object (an instance, a container subclass), which the epilogue
-            cannot carry.
-    """
+def _eager_value(value: Any) -> Any:
+    """``value`` as eager code would have stored it: Thunder's dtype or device as torch's."""
     if isinstance(value, dtypes.dtype):
         return dtypes.to_torch_dtype(value)
     if isinstance(value, devices.Device):
         return devices.to_torch_device(value)
-    if isinstance(value, (Proxy, *_SCALARS)):
-        return value
-    if type(value) in _CONTAINERS:
-        if isinstance(value, dict):
-            return {_eager_value(owner, name, k): _eager_value(owner, name, v) for k, v in value.items()}
-        return type(value)(_eager_value(owner, name, v) for v in value)
-    raise NotImplementedError(
-        f"thunder_ext.jit cannot write back the attribute {name!r} (left holding a {type(value).__name__}) to "
-        f"{owner}: only tensors, numbers, strings, None, dtypes, devices and lists, tuples or dicts of them can "
-        "be. Keep such state outside the jitted function, or restore the attribute before it returns.")
-
-
-def _fresh(value: Any) -> Any:
-    """A new list or dict (recursively) for each run: the epilogue's constant is never handed to the user, who
-    may mutate what eager would have built anew."""
-    if isinstance(value, list):
-        return [_fresh(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_fresh(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _fresh(v) for k, v in value.items()}
     return value
 
 
@@ -211,7 +180,10 @@ def _rebound_items(modified: Any, restored: Collection[str] = ()) -> dict[str, A
             same = name in original and original[name] is value
             if same and not (name in restored and isinstance(value, _SCALARS)):
                 continue
-            value = _eager_value(modified.provenance.inputs[0], name, value)
+            if not isinstance(value, _SCALARS):  # another object: the epilogue stores it (object_state)
+                rebound[name] = item if item is not None and item.value is value else value
+                continue
+            value = _eager_value(value)
             if name not in restored and name in original and type(original[name]) is type(value) \
                     and original[name] == value:
                 continue
@@ -234,26 +206,42 @@ def _without_grad(ctx: Any) -> Callable[[Any], bool]:
 def write_back_module_state(original: Callable[..., Any], ctx: Any, epilogue_trace: TraceCtx) -> None:
     """Stand-in for ``jit_ext.process_recorded_modifications`` (``original``): Thunder's epilogue writes, with
     buffer writes named right and reaching the original module, plus the attribute writes Thunder drops; every
-    value stored with eager's autograd history (none where eager computed it without)."""
+    value stored with eager's autograd history (none where eager computed it without), and any other object
+    (a list, an instance the call made) as :func:`object_state.epilogue_value` stores it. Then the writes into
+    reachable dicts (:mod:`thunder_ext.dict_state`) and lists (:mod:`thunder_ext.object_state`).
+
+    Thunder's records of objects the call *created* are dropped first (their member dicts: a ``CrossEntropyLoss()``
+    built in ``forward`` registers its ``weight`` buffer, and Thunder looked for the new module's name in the root
+    module: an ``AssertionError``): such an object has nothing to write back; if it outlives the call (stored or
+    returned), the epilogue rebuilds it whole."""
+    records = ADDITIONAL_OUTPUTS.get(ctx)
+    for modified in [m for m in records if not reachable(m.provenance)]:
+        del records[modified]
     written = _attribute_writes(ctx)  # before Thunder's pass, which then sees no attribute record
     original(ctx, epilogue_trace)
     without_grad = _without_grad(ctx)
-    bsyms = []
-    for bsym in epilogue_trace.bound_symbols:
-        if bsym.sym.id is PrimIDs.PACK_BUFFER:
-            root, name, value = bsym.args
-            bsym = SET_BUFFER.bind(root, name.lstrip("."), value, without_grad(value), output=None)
-        bsyms.append(bsym)
+    epilogue_trace.bound_symbols = [_named_buffer_write(bsym, without_grad) for bsym in epilogue_trace.bound_symbols]
     roots: dict[Any, Proxy] = {}
-    for owner, name, value in written:
+    for owner, _, _ in written:  # named in the computation's namespace, as Thunder names its roots
         if owner not in roots:
             proxy = getattr(owner, "proxy", None)
             roots[owner] = proxy if proxy is not None else Proxy(history=owner)
             if roots[owner].name not in epilogue_trace.names:
                 epilogue_trace.add_name(roots[owner].name)
-        bsyms.append(SET_ATTRIBUTE.bind(roots[owner], name, value, without_grad(value), output=None))
-    epilogue_trace.bound_symbols = bsyms
-    dict_state.write_back(ctx, epilogue_trace)
+    with tracectx(epilogue_trace):
+        for owner, name, value in written:
+            stored = object_state.epilogue_value(value, f"{object_state.describe(owner)}.{name}")
+            SET_ATTRIBUTE(roots[owner], name, stored, without_grad(stored))
+        dict_state.write_back(ctx, object_state.epilogue_value)
+        object_state.write_back(ctx)
+
+
+def _named_buffer_write(bsym: Any, without_grad: Callable[[Any], bool]) -> Any:
+    """Thunder's ``pack_buffer`` as :data:`SET_BUFFER`, under the buffer's right name."""
+    if bsym.sym.id is not PrimIDs.PACK_BUFFER:
+        return bsym
+    root, name, value = bsym.args
+    return SET_BUFFER.bind(root, name.lstrip("."), value, without_grad(value), output=None)
 
 
 def synced_setattr(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -266,6 +254,7 @@ def synced_setattr(original: Callable[..., Any]) -> Callable[..., Any]:
         result = original(obj, name, value)
         if result is INTERPRETER_SIGNALS.EXCEPTION_RAISED or not isinstance(obj, WrappedValue):
             return result
+        object_state.record_created_field(obj, name, value)
         key = unwrap(name)
         attributes = obj.attribute_wrappers.get("__dict__")
         for cache in (obj.attribute_wrappers, attributes.item_wrappers if attributes is not None else {}):

@@ -27,14 +27,9 @@ the hooks it then finds, as for hooks the user installed. A model hooked before 
 ``ModelOutput.__setitem__``'s ``super().__setattr__`` visible to later reads: that was the silent loss.)
 
 ``model(input_ids)`` with the default ``use_cache=True`` and no cache creates a ``DynamicCache`` inside the call
-(``LlamaModel.forward``: ``past_key_values = DynamicCache(config=...)``) and returns it in the output. A compiled
-program returns tensors, numbers and containers of them; a Python object made inside the call cannot be rebuilt
-after it (stock: ``NotImplementedError: unhandled value of type DynamicCache``, naming neither the argument nor the
-fix). :func:`build_value_from_wrapped` (the stand-in for Thunder's, installed by :mod:`thunder_ext._patches`) turns
-that failure, for any ``transformers`` ``Cache``, into :class:`CacheCreatedInCallError` naming ``use_cache`` and
-what works: a cache passed in (``past_key_values=DynamicCache(config=model.config)`` or ``StaticCache(...)``: an
-input, filled through :mod:`thunder_ext.module_state`'s write-back and returned as itself, equal to eager's) or
-``use_cache=False``.
+and returns it in the output; an empty ``DynamicCache()`` passed in gets its layers appended inside the call. Both
+are objects the call creates that outlive it, rebuilt in the epilogue by :mod:`thunder_ext.object_state` (nothing
+``transformers``-specific: the cache's ``layers`` list is a reachable list, each layer a created object).
 
 These lookasides key on ``transformers``' own functions, so they are built only when ``transformers`` is already
 imported (:data:`MODULE`: a user tracing its models has imported it; importing it here would cost seconds on every
@@ -45,28 +40,18 @@ and that stock Thunder still needs them.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from thunder.core.interpreter import interpreter_needs_wrap, unwrap
+from thunder.core.interpreter import interpreter_needs_wrap
 
 from ._thunder import INTERPRET_CALL
 
-__all__ = ["MODULE", "CACHE_MODULE", "CacheCreatedInCallError", "lookasides", "build_value_from_wrapped"]
+__all__ = ["MODULE", "lookasides"]
 
 MODULE = "transformers.utils.output_capturing"
 """The module whose functions the lookasides replace (``transformers`` 5.x)."""
-
-CACHE_MODULE = "transformers.cache_utils"
-"""The module of ``transformers``' ``Cache`` classes (read only when already imported)."""
-
-
-class CacheCreatedInCallError(NotImplementedError):
-    """The jitted call returns a ``transformers`` cache it created (``use_cache=True`` and no ``past_key_values``):
-    a compiled program cannot return a Python object made inside it."""
-
 
 def _get(self: Any) -> Any:
     return self.context_var.get()
@@ -94,28 +79,3 @@ def lookasides(module: ModuleType) -> dict[Callable[..., Any], Callable[..., Any
     cls = module.CompileableContextVar
     return {cls.get: _interpreting(_get), cls.set: _interpreting(_set), cls.reset: _interpreting(_reset),
             module.maybe_install_capturing_hooks: interpreter_needs_wrap(module.maybe_install_capturing_hooks)}
-
-
-def build_value_from_wrapped(original: Callable[..., Any], wrapped_v: Any) -> Any:
-    """Stand-in for ``jit_ext.build_value_from_wrapped`` (``original``, which builds the traced function's return
-    value): a ``transformers`` ``Cache`` it cannot build is :class:`CacheCreatedInCallError`; any other failure is
-    Thunder's.
-
-    Raises:
-        CacheCreatedInCallError: naming the cache's type, ``use_cache`` and the two ways that work.
-    """
-    try:
-        return original(wrapped_v)
-    except NotImplementedError:
-        cache_utils = sys.modules.get(CACHE_MODULE)
-        value = unwrap(wrapped_v)
-        if cache_utils is None or not isinstance(value, cache_utils.Cache):
-            raise
-        name = type(value).__name__
-        raise CacheCreatedInCallError(
-            f"thunder_ext.jit cannot return the {name} the model created inside the call (use_cache=True, the "
-            "default, with no past_key_values): a compiled program cannot return a Python object it made. Pass the "
-            "cache for the model to fill: past_key_values=transformers.DynamicCache(config=model.config) (it grows: "
-            "one compilation per cached length) or transformers.StaticCache(config=model.config, max_cache_len=N) "
-            "(written in place: one compilation for every decoding step), or call the model with use_cache=False."
-        ) from None

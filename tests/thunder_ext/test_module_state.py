@@ -1,12 +1,11 @@
 """Attributes a jitted call assigns are written back with their *final* values (:mod:`thunder_ext.module_state`):
 numbers, strings, ``None``, dtypes and devices as well as tensors; an attribute the call restores keeps its value
-(stock Thunder replays the first assignment); a value the epilogue cannot carry is a typed error naming the
-attribute. (The catalog's tensor cases are in ``test_eager_semantics``; these are the state patterns of
-``transformers``' caches and output collectors.)"""
+(stock Thunder replays the first assignment); a list the call made is rebuilt for the caller. (The catalog's
+tensor cases are in ``test_eager_semantics``; these are the state patterns of ``transformers``' caches and output
+collectors.)"""
 
 from __future__ import annotations
 
-import types
 
 import pytest
 
@@ -113,13 +112,20 @@ def test_stock_thunder_drops_or_fails_on_these_writes():
 
 class KeepsAList(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.history = types.SimpleNamespace(value=x)  # lists, tuples and dicts of such values are written back
+        self.history = [x]
         return x + 1
 
 
-def test_a_value_the_epilogue_cannot_carry_is_a_typed_error():
-    with pytest.raises(NotImplementedError, match=r"'history' \(left holding a SimpleNamespace\)"):
-        thunder_ext.jit(KeepsAList(), executors=["torch"])(torch.arange(3.0))
+def test_a_list_made_in_the_call_is_written_back_with_the_runs_tensors():
+    """A list the call creates and stores is rebuilt in the epilogue (:mod:`thunder_ext.object_state`), on every
+    call, holding that call's tensor."""
+    module = KeepsAList()
+    jitted = thunder_ext.jit(module, executors=["torch"])
+    for i in range(2):
+        x = torch.arange(3.0) + i
+        jitted(x)
+        assert type(module.history) is list and len(module.history) == 1
+        torch.testing.assert_close(module.history[0], x)
 
 
 class Record:

@@ -60,6 +60,10 @@ EXPECTED_STASHES = (
     "thunder.transforms.cudagraph.CUDAGraphRunner._thunder_effects_runner",
     "thunder.core.jit_ext.JitCtx._thunder_effects_guarded_dicts",
     "thunder.core.jit_ext.JitCtx._thunder_effects_dict_writes",
+    "thunder.core.jit_ext.JitCtx._thunder_effects_guarded_lists",
+    "thunder.core.jit_ext.JitCtx._thunder_effects_list_writes",
+    "thunder.core.jit_ext.JitCtx._thunder_effects_created_fields",
+    "thunder.core.jit_ext.JitCtx._thunder_effects_epilogue_objects",
     "thunder.transforms.cudagraph.CUDAGraphRunner.call_cuda_graph",
     "thunder.transforms.cudagraph.CUDAGraphRunner.build_cuda_graph",
 )

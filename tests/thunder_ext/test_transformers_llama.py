@@ -14,9 +14,8 @@ Stock ``thunder.jit`` traces none of it (:func:`test_stock_thunder_still_fails`)
 ``output_hidden_states=True`` returns eager's hidden states, on the first call (which installs ``transformers``'
 capturing hooks: :mod:`thunder_ext.transformers_compat` runs the installation on the real model) and on a cache
 hit; :func:`thunder_ext.module_state.synced_setattr` keeps ``ModelOutput.__setitem__``'s attribute visible.
-``model(input_ids)`` with the default ``use_cache=True`` and no cache would return a ``DynamicCache`` made in the
-call: a typed error naming ``use_cache`` and the fix (``CacheCreatedInCallError``); the fix — an empty
-``DynamicCache`` passed in — fills it as eager does.
+``model(input_ids)`` with the default ``use_cache=True`` and no cache returns a ``DynamicCache`` made in the call:
+rebuilt in the epilogue (:mod:`thunder_ext.object_state`), equal to eager's.
 
 Compile counts: decoding compiles twice — the prompt (which also initialises the cache) and every one-token step
 (``cache_position`` is a tensor input: no recompilation per position)."""
@@ -174,15 +173,14 @@ def new_cache(x):
     return x * 2, DynamicCache()
 
 
-@pytest.mark.parametrize("jit", [thunder_ext.jit, thunder.jit], ids=["thunder_ext", "stock"])
-def test_a_cache_made_in_the_call_and_returned_is_a_typed_error(jit):
-    """Stock Thunder's error names neither ``use_cache`` nor the fix (when it changes, revisit
-    :func:`thunder_ext.transformers_compat.build_value_from_wrapped`)."""
-    expected = (transformers_compat.CacheCreatedInCallError, "DynamicCache.*use_cache.*StaticCache")
-    if jit is thunder.jit:
-        expected = (NotImplementedError, "unhandled value of type .*DynamicCache")
-    with pytest.raises(expected[0], match=expected[1]):
-        jit(new_cache, executors=["torch"])(torch.arange(3.0))
+def test_a_cache_made_in_the_call_and_returned_is_rebuilt():
+    """Stock Thunder cannot return it (``unhandled value of type DynamicCache``); thunder_ext rebuilds it in the
+    epilogue (:mod:`thunder_ext.object_state`): a new, empty cache on every call, as in eager."""
+    with pytest.raises(NotImplementedError, match="unhandled value of type .*DynamicCache"):
+        thunder.jit(new_cache, executors=["torch"])(torch.arange(3.0))
+    jitted = thunder_ext.jit(new_cache, executors=["torch"])
+    caches = [jitted(torch.arange(3.0))[1] for _ in range(2)]
+    assert all(type(c) is DynamicCache and c.layers == [] for c in caches) and caches[0] is not caches[1]
 
 
 def _contents(cache) -> list[torch.Tensor]:
@@ -190,25 +188,21 @@ def _contents(cache) -> list[torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_default_use_cache_without_a_cache_is_a_typed_error_and_its_fix_works():
-    """``model(input_ids)``: ``use_cache`` defaults to ``True`` and the model makes a ``DynamicCache`` to return: a
-    typed error. What it says to do — pass an empty ``DynamicCache`` — fills it as eager does, on a cache hit too."""
+def test_default_use_cache_without_a_cache_returns_eagers_cache():
+    """``model(input_ids)``: ``use_cache`` defaults to ``True`` and the model makes a ``DynamicCache`` to return:
+    rebuilt in the epilogue with the run's tensors, equal to eager's, on a cache hit too."""
     tokens = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
     model = tiny_llama().eval()
     jitted = _jit(model, "torch")
-    with pytest.raises(transformers_compat.CacheCreatedInCallError,
-                       match=r"use_cache=True.*past_key_values=transformers\.DynamicCache.*use_cache=False"):
-        jitted(tokens)
     eager = tiny_llama().eval()
     with torch.no_grad():
-        expected = eager(input_ids=tokens, past_key_values=DynamicCache(config=eager.config))
+        expected = eager(input_ids=tokens)
         for _ in range(2):
-            cache = DynamicCache(config=model.config)
-            got = jitted(input_ids=tokens, past_key_values=cache)
-            assert got.past_key_values is cache and cache.get_seq_length() == PROMPT
+            got = jitted(input_ids=tokens)
+            assert type(got.past_key_values) is DynamicCache
             torch.testing.assert_close(got.logits, expected.logits)
-            torch.testing.assert_close(_contents(cache), _contents(expected.past_key_values))
-    assert thunder.cache_misses(jitted) == 2  # the failed compilation; the one with a cache
+            torch.testing.assert_close(_contents(got.past_key_values), _contents(expected.past_key_values))
+    assert thunder.cache_misses(jitted) == 1
 
 
 def test_compileable_context_var_lookasides_pin_transformers():
