@@ -352,11 +352,14 @@ def test_a_view_of_a_static_parameter_shares_its_static_base(cuda_graphs):
 
     module, reference = ScaleView().to(cuda_graphs), ScaleView().to(cuda_graphs)
     jmodule = thunder_ext.jit(module, executors=["torch"], transforms=[CUDAGraphTransform()])
-    for views in [lambda w: w[1:3], lambda w: w[1:3], lambda w: w[2:4], lambda w: torch.ones_like(w[:2])]:
+    for k, views in enumerate([lambda w: w[1:3], lambda w: w[1:3], lambda w: w[2:4], lambda w: torch.ones_like(w[:2])]):
         torch.testing.assert_close(jmodule(views(module.w)), reference(views(reference.w)))
         torch.testing.assert_close(module.w, reference.w)
-        (region,) = thunder_ext.cuda_graph_report(jmodule).graphed
-        assert bool(region.static_inputs) != bool(region.shared_storage)  # static alone, copied when viewed
+        # a writing program's arguments that share storage are one alias group, pinned by its prologue: the
+        # unaliased call compiles its own program (and graph) beside the aliased calls' one
+        graphed = thunder_ext.cuda_graph_report(jmodule).graphed
+        assert len(graphed) == (1 if k < 3 else 2)
+        assert bool(graphed[-1].static_inputs) != bool(graphed[-1].shared_storage)  # static alone, copied viewed
 
 
 def test_storage_layout_patterns():
