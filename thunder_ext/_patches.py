@@ -122,7 +122,7 @@ from thunder.core.compile_data import get_compile_data
 
 from . import (_thunder_fast, arguments, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize,
                interpreter_state, module_state, dict_state, opaque_torch, optimizers, overloads, pipeline, profiler,
-               rebinding, referents, seeding, split, state, transformers_compat)
+               rebinding, referents, seeding, split, state, tensor_hooks, transformers_compat)
 from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
                        UPDATE_FUSION_CALL_CTX)
 from .grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
@@ -284,13 +284,13 @@ def _build_patches() -> tuple[Patch, ...]:
              | overloads.lookasides(lookaside_map)
              | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
-             | module_state.lookasides() | referents.lookasides())
+             | module_state.lookasides() | referents.lookasides() | tensor_hooks.lookasides())
     # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
     # replacement
     table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside) for fn, lookaside in added.items()]
     method_table = METHOD_TABLE.get()
     table += [Patch(method_table, name, ABSENT, sym)
-              for name, sym in (opaque_torch.methods() | rebinding.methods()).items()]
+              for name, sym in (opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods()).items()]
     table += [Patch(method_table, name, sym, checked) for name, (sym, checked) in overloads.methods().items()]
     property_table = PROPERTY_TABLE.get()
     table += [Patch(property_table, name, ABSENT, prop) for name, prop in optimizers.properties().items()]
@@ -444,6 +444,7 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
     with interpreter_state.asking_leaves() as leaves_asked:
         results = _ORIG_GENERAL_JIT(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
     if state.active():  # eager's overlap errors first; differentiated compilations see the trace without writes
+        tensor_hooks.place_hooks(results.computation_trace)
         rebinding.check_stale_reads(results.computation_trace)
         seeding.refuse_under_autograd(results.computation_trace)
         rebinding.refuse_under_autograd(results.computation_trace)
