@@ -41,7 +41,9 @@ registered a hook; nothing at run time besides the hooks' own ops in the backwar
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -53,7 +55,7 @@ from thunder.core import prims
 from thunder.core.compile_data import get_compile_data
 from thunder.core.jit_ext import get_jit_ctx
 from thunder.core.interpreter import (INTERPRETER_SIGNALS, ProvenanceRecord, PseudoInst, do_raise,
-                                      get_interpreterruntimectx, interpreter_needs_wrap, unwrap, wrap, wrap_const)
+                                      get_interpreterruntimectx, interpreter_needs_wrap, unwrap, wrap)
 from thunder.core.proxies import Proxy, TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, get_tracectx, tracectx
@@ -186,7 +188,7 @@ def _trace_hook(hook: Any, wrapped_self: Any) -> TraceCtx:
     t = unwrap(wrapped_self)
     grad = TensorProxy(like=t, requires_grad=False)
     wrapped_grad = wrap(grad, provenance=ProvenanceRecord(PseudoInst.LOOKASIDE, inputs=[wrapped_self.provenance]))
-    cd, trace = get_compile_data(), get_tracectx()
+    cd, trace, snapshot = get_compile_data(), get_tracectx(), _Snapshot(hook)
     grad_mode, cd.is_grad_enabled = cd.is_grad_enabled, False
     trace.push_scope([])
     try:
@@ -202,7 +204,7 @@ def _trace_hook(hook: Any, wrapped_self: Any) -> TraceCtx:
             "output, or on an argument before the call)."))
     value = unwrap(result)
     _check_result(hook, t, value)
-    _check_side_effects(hook, t, bsyms, grad)
+    _check_side_effects(hook, t, bsyms, grad, snapshot)
     traced = TraceCtx()
     traced.bound_symbols.extend(bsyms)
     with tracectx(traced):
@@ -227,45 +229,72 @@ def _check_result(hook: Any, t: TensorProxy, value: Any) -> None:
 
 def _reachable(hook: Any) -> Iterator[tuple[str, Any]]:
     """The Python objects a hook reaches by name: closed-over cells, referenced globals, defaults, its ``self``."""
-    code = getattr(hook, "__code__", None)
+    fn = getattr(hook, "__func__", hook)
+    code = getattr(fn, "__code__", None)
     if code is None:
         return
-    for name, cell in zip(code.co_freevars, hook.__closure__ or (), strict=False):
-        with_contents = cell.cell_contents if cell.cell_contents is not None else None
-        yield name, with_contents
-    for name in code.co_names:
-        if name in hook.__globals__:
-            yield name, hook.__globals__[name]
-    for value in hook.__defaults__ or ():
-        yield "a default", value
+    for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=False):
+        with contextlib.suppress(ValueError):  # an empty cell
+            yield name, cell.cell_contents
+    yield from ((name, fn.__globals__[name]) for name in code.co_names if name in fn.__globals__)
+    yield from (("a default", value) for value in fn.__defaults__ or ())
     if hasattr(hook, "__self__"):
         yield "self", hook.__self__
 
 
-def _holds(value: Any, names: set[str], depth: int = 2) -> bool:
-    if isinstance(value, Proxy):
-        return value.name in names
-    if depth == 0 or isinstance(value, (str, bytes, type, torch.Tensor)) or callable(value):
-        return False
-    if isinstance(value, dict):
-        items = list(value.values())
-    elif isinstance(value, (list, tuple, set, frozenset)):
-        items = list(value)
-    else:
-        items = list(getattr(value, "__dict__", {}).values())
-    return any(_holds(v, names, depth - 1) for v in items)
+_NOT_STATE = (str, bytes, type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+              torch.Tensor, Proxy)
 
 
-def _check_side_effects(hook: Any, t: TensorProxy, bsyms: list[BoundSymbol], grad: TensorProxy) -> None:
+def _containers(value: Any, depth: int = 2) -> Iterator[list[Any] | dict[Any, Any] | set[Any]]:
+    """The mutable containers ``value`` is or holds, ``depth`` levels down: lists, dicts, sets, objects' attribute
+    dicts."""
+    if depth == 0 or isinstance(value, _NOT_STATE):
+        return
+    container = value if isinstance(value, (list, dict, set)) else getattr(value, "__dict__", None)
+    if isinstance(container, (list, dict, set)):
+        yield container
+    items = value if isinstance(value, (list, tuple, set, frozenset)) else \
+        (container.values() if isinstance(container, dict) else ())
+    for item in list(items):
+        yield from _containers(item, depth - 1)
+
+
+class _Snapshot:
+    """Shallow copies of the containers a hook reaches (:func:`_reachable`, :func:`_containers`), taken before it is
+    traced: what the hook stored there while traced can be found and undone."""
+
+    def __init__(self, hook: Any) -> None:
+        self.saved = [(name, c, c.copy()) for name, value in _reachable(hook) for c in _containers(value)]
+
+    def storing(self, names: set[str]) -> str | None:
+        """The name by which the hook reached a container that now holds one of the proxies ``names``."""
+        for name, container, _ in self.saved:
+            values = container.values() if isinstance(container, dict) else container
+            if any(isinstance(v, Proxy) and v.name in names for v in list(values)):
+                return name
+        return None
+
+    def restore(self) -> None:
+        for _, container, before in self.saved:
+            if isinstance(container, list):
+                container[:] = before
+            else:
+                container.clear()
+                container.update(before)
+
+
+def _check_side_effects(hook: Any, t: TensorProxy, bsyms: list[BoundSymbol], grad: TensorProxy,
+                        snapshot: _Snapshot) -> None:
     effectful = next((b for b in bsyms if bsym_effects(b).has_side_effects), None)
     if effectful is not None:
         raise _Refused(HookError(
-            f"thunder_ext.jit: the hook {_label(hook)} registered on {t.name} has a side effect ({effectful.sym.name}): "
-            "the compiled backward runs only the hook's value computation. Register the hook outside the jitted "
-            "function."))
-    made = {grad.name} | {o.name for b in bsyms for o in b.flat_proxy_outs}
-    stored = next((name for name, value in _reachable(hook) if _holds(value, made)), None)
+            f"thunder_ext.jit: the hook {_label(hook)} registered on {t.name} has a side effect "
+            f"({effectful.sym.name}): the compiled backward runs only the hook's value computation. Register the "
+            "hook outside the jitted function."))
+    stored = snapshot.storing({grad.name} | {o.name for b in bsyms for o in b.flat_proxy_outs})
     if stored is not None:
+        snapshot.restore()
         raise _Refused(HookError(
             f"thunder_ext.jit: the hook {_label(hook)} registered on {t.name} stores the gradient in {stored!r}: a "
             "hook's Python side effects would happen once, while the function is traced, not on every backward. "
