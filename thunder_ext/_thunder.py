@@ -67,8 +67,6 @@ attribute                                   on                   holds
                                                                  forward (autograd write-backs)
 :data:`REBOUND`                             ``CompileData``      the in-place metadata changes of the tracing in
                                                                  progress (rebinding)
-:data:`HOOKS`                               ``JitCtx``           the tensor hooks registered by the tracing in
-                                                                 progress, by tensor (tensor_hooks)
 :data:`DCE_FIXPOINT`                        ``TraceCtx``         that DCE of this trace changes nothing
 :data:`RESOLVED`                            ``BoundSymbol``      its operands and effects (per registry
                                                                  generation)
@@ -77,6 +75,8 @@ attribute                                   on                   holds
                                                                  sets
 :data:`GUARDED_DICTS`, :data:`DICT_WRITES`  ``JitCtx``           dicts whose keys the prologue pins, writes
                                                                  into reachable dicts (dict_state)
+:data:`HOOKS`                               ``JitCtx``           the tensor hooks registered by the tracing in
+                                                                 progress, by tensor (tensor_hooks)
 :data:`RUNNER_CALL`, :data:`RUNNER_BUILD`   ``CUDAGraphRunner``  ``call_cuda_graph``/``build_cuda_graph``
                                                                  bound on that runner
 ==========================================  ===================  ==============================================
@@ -255,6 +255,6 @@ RUNNER_CALL = Stash("call_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRu
 RUNNER_BUILD = Stash("build_cuda_graph", "thunder.transforms.cudagraph.CUDAGraphRunner",
                      "the runner's graph build, bound on that runner: warm-up on clones of written inputs")
 
-STASHES: tuple[Stash, ...] = (INPUT_ALIASES, PLACED_ALIASES, EPILOGUE_WRITES, REBOUND, HOOKS, DCE_FIXPOINT, RESOLVED,
-                              FUSED, RUNNER, GUARDED_DICTS, DICT_WRITES, RUNNER_CALL, RUNNER_BUILD)
+STASHES: tuple[Stash, ...] = (INPUT_ALIASES, PLACED_ALIASES, EPILOGUE_WRITES, REBOUND, DCE_FIXPOINT, RESOLVED, FUSED,
+                              RUNNER, GUARDED_DICTS, DICT_WRITES, HOOKS, RUNNER_CALL, RUNNER_BUILD)
 """Every attribute thunder_ext attaches to Thunder objects (see the module docstring)."""

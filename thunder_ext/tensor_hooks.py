@@ -27,13 +27,15 @@ Here:
   backward there). After the compilation the hooks are sealed: the compiled backward cannot change, so ``remove()``
   then raises :class:`HookSealedError`.
 
-Limits, with typed errors (:class:`HookError`): a hook the interpreter cannot trace (the error names the hook and
-says to register it outside the jitted function); a hook with side effects the trace can see (an in-place write,
-random numbers, I/O: :attr:`effects.Effects.has_side_effects`), or that stores the gradient in a Python object it
-reaches (a list, a dict, an attribute of a closed-over or global object): Python side effects of a hook happen once,
-while tracing, not on every backward; a hooked tensor written in place (the hook would see which version?).
-Python effects the interpreter cannot see (``print``, a counter incremented) also happen only while tracing: they
-cannot be detected and are the documented limit.
+Limits, with typed errors (:class:`HookError`), each naming the hook and saying to register it outside the jitted
+function: a hook the interpreter cannot trace; a hook with side effects the trace can see (an in-place write, random
+numbers, I/O: :attr:`effects.Effects.has_side_effects`); a hook that stores the gradient in a Python container it
+reaches (a closed-over or global list, dict, set, or an object's attributes: the containers are snapshotted before the
+hook is traced and restored, so no proxy is left there); a hook that reads other tensors of the traced function (not
+supported yet: the hook's trace would have to name them as the trace renames them); a hooked tensor written in place
+(which version's gradient would the hook see?). Python effects the interpreter cannot see (``print``, a counter
+incremented) happen once, while tracing, not on every backward: they cannot be detected, and are the documented limit.
+A handle returned from the jitted function is refused by Thunder (it returns no such objects).
 
 Cost: one interpretation of each hook per compilation; one pass over the computation trace per compilation that
 registered a hook; nothing at run time besides the hooks' own ops in the backward.
@@ -292,7 +294,14 @@ def _check_side_effects(hook: Any, t: TensorProxy, bsyms: list[BoundSymbol], gra
             f"thunder_ext.jit: the hook {_label(hook)} registered on {t.name} has a side effect "
             f"({effectful.sym.name}): the compiled backward runs only the hook's value computation. Register the "
             "hook outside the jitted function."))
-    stored = snapshot.storing({grad.name} | {o.name for b in bsyms for o in b.flat_proxy_outs})
+    made = {grad.name} | {o.name for b in bsyms for o in b.flat_proxy_outs}
+    captured = sorted({p.name for b in bsyms for p in b.flat_proxy_args if p.name not in made})
+    if captured:
+        raise _Refused(HookError(
+            f"thunder_ext.jit: the hook {_label(hook)} registered on {t.name} reads tensors of the jitted function "
+            f"({', '.join(captured)}): hooks that capture traced values are not supported yet. Register the hook "
+            "outside the jitted function, or compute the value from the gradient alone."))
+    stored = snapshot.storing(made)
     if stored is not None:
         snapshot.restore()
         raise _Refused(HookError(
@@ -355,8 +364,8 @@ def _refuse_writes(trace: TraceCtx, hooked: dict[str, TensorHooks]) -> None:
     classes = StorageClasses.build(adapted.program, lambda inst: inst.effects or OPAQUE)
     storages = {classes.storage(name): name for name in hooked if classes.value_id(name) is not None}
     for inst, bsym in zip(adapted.program.instructions, adapted.bsyms, strict=True):
-        effects = inst.effects or OPAQUE
-        written = effects.written if not effects.opaque else range(len(inst.inputs))
+        eff = inst.effects or OPAQUE
+        written = eff.written if not eff.opaque else range(len(inst.inputs))
         for value in (v for w in written for v in inst.values_at(w)):
             name = storages.get(classes.storage(value))
             if name is not None:

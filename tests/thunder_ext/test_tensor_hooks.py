@@ -196,6 +196,16 @@ def test_hook_storing_the_gradient_is_a_typed_error() -> None:
     assert not any(isinstance(s, thunder.core.proxies.Proxy) for s in seen)
 
 
+def test_hook_capturing_a_traced_tensor_is_a_typed_error() -> None:
+    def fn(w):
+        h = w * 2
+        h.register_hook(lambda g: g * w)
+        return h.sum()
+
+    with pytest.raises(HookError, match="reads tensors of the jitted function"):
+        thunder_ext.jit(fn)(torch.randn(3, requires_grad=True))
+
+
 def test_hook_with_an_in_place_write_is_a_typed_error() -> None:
     buffer = torch.zeros(3)
 

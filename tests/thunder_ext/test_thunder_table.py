@@ -60,6 +60,7 @@ EXPECTED_STASHES = (
     "thunder.transforms.cudagraph.CUDAGraphRunner._thunder_effects_runner",
     "thunder.core.jit_ext.JitCtx._thunder_effects_guarded_dicts",
     "thunder.core.jit_ext.JitCtx._thunder_effects_dict_writes",
+    "thunder.core.jit_ext.JitCtx._thunder_effects_hooks",
     "thunder.transforms.cudagraph.CUDAGraphRunner.call_cuda_graph",
     "thunder.transforms.cudagraph.CUDAGraphRunner.build_cuda_graph",
 )
