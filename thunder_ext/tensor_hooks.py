@@ -176,6 +176,8 @@ def _hooks_of(t: TensorProxy) -> TensorHooks:
 
 
 class _Refused(Exception):
+    """Internal: carries the error a refused registration raises in the traced program (by ``do_raise``)."""
+
     def __init__(self, error: BaseException) -> None:
         self.error = error
 
@@ -324,6 +326,8 @@ def register_hook(wrapped_self: Any, wrapped_hook: Any) -> Any:
 
 
 def _method(self: Any, hook: Any) -> Any:
+    """``TensorProxy.register_hook`` (the torch language context's method entry): only a key of the lookaside
+    table — the interpreter calls :func:`register_hook` instead, with the wrapped values it needs."""
     raise AssertionError("Tensor.register_hook runs as an interpreter lookaside")  # pragma: no cover
 
 
