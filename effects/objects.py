@@ -115,8 +115,10 @@ is a global mode the trace carries; a tracer sets their attributes natively and 
 
 
 def interpreter_owned(obj: object) -> bool:
-    """Whether ``obj``'s state belongs to the interpreter (:data:`INTERPRETER_OWNED`)."""
-    return isinstance(obj, INTERPRETER_OWNED)
+    """Whether ``obj``'s state belongs to the interpreter: an instance of :data:`INTERPRETER_OWNED`, or of a class
+    that declares ``__interpreter_owned__ = True`` (a tracer's own objects handed to the program, such as the handle
+    a traced ``register_hook`` returns: the program may keep them, an epilogue hands them back as they are)."""
+    return isinstance(obj, INTERPRETER_OWNED) or getattr(type(obj), "__interpreter_owned__", False) is True
 
 
 @dataclass(slots=True)

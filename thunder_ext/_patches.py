@@ -57,14 +57,17 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   ``optimizer._get_value``
                                                   (:mod:`thunder_ext.optimizers`), ``*_like(memory_format=)``,
                                                   calls of weak references, whose objects the prologue
-                                                  fetches again (:mod:`thunder_ext.referents`);
+                                                  fetches again (:mod:`thunder_ext.referents`),
+                                                  ``Tensor.register_hook`` and the handle's ``remove``
+                                                  (:mod:`thunder_ext.tensor_hooks`);
                                                   when ``transformers`` is imported, its ``CompileableContextVar``
                                                   as a ``ContextVar`` (:mod:`thunder_ext.transformers_compat`,
                                                   :data:`OPTIONAL_LOOKASIDES`)
 ``distributed.utils.sort_waits``                 :func:`pipeline.sort_waits` (Thunder's wait schedule, kept
                                                   where the effect graph allows)
-``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them; Thunder's in-place
-                                                  methods check the call binds first (:mod:`thunder_ext.overloads`)
+``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them (``register_hook``
+                                                  included); Thunder's in-place methods check the call binds first
+                                                  (:mod:`thunder_ext.overloads`)
 ``langctx._property_name_to_fn_map[name]``        new entries: ``Tensor.is_sparse`` (:mod:`thunder_ext.optimizers`)
 ``jit_ext.sorted`` (a new module attribute that   :func:`dict_state.sorted_by_proxy_names`: the prologue orders
 shadows the builtin there)                        paths through tensor keys by the keys' names
@@ -124,7 +127,7 @@ from thunder.core.compile_data import get_compile_data
 
 from . import (_thunder_fast, arguments, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize,
                interpreter_state, module_state, dict_state, object_state, opaque_torch, optimizers, overloads,
-               pipeline, profiler, rebinding, referents, seeding, split, state, transformers_compat)
+               pipeline, profiler, rebinding, referents, seeding, split, state, tensor_hooks, transformers_compat)
 from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
                        UPDATE_FUSION_CALL_CTX)
 from .grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
@@ -286,13 +289,14 @@ def _build_patches() -> tuple[Patch, ...]:
              | overloads.lookasides(lookaside_map)
              | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
-             | module_state.lookasides() | referents.lookasides() | object_state.lookasides())
+             | module_state.lookasides() | referents.lookasides() | object_state.lookasides()
+             | tensor_hooks.lookasides())
     # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
     # replacement
     table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside) for fn, lookaside in added.items()]
     method_table = METHOD_TABLE.get()
     table += [Patch(method_table, name, ABSENT, sym)
-              for name, sym in (opaque_torch.methods() | rebinding.methods()).items()]
+              for name, sym in (opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods()).items()]
     table += [Patch(method_table, name, sym, checked) for name, (sym, checked) in overloads.methods().items()]
     property_table = PROPERTY_TABLE.get()
     table += [Patch(property_table, name, ABSENT, prop) for name, prop in optimizers.properties().items()]
@@ -446,6 +450,7 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
     with interpreter_state.asking_leaves() as leaves_asked:
         results = _ORIG_GENERAL_JIT(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
     if state.active():  # eager's overlap errors first; differentiated compilations see the trace without writes
+        tensor_hooks.place_hooks(results.computation_trace)
         rebinding.check_stale_reads(results.computation_trace)
         seeding.refuse_under_autograd(results.computation_trace)
         rebinding.refuse_under_autograd(results.computation_trace)

@@ -30,8 +30,10 @@ name                                                  used by          for
 ``thunder.core.jit_ext._infer_name_postfix_from_pro…  _patches         patched: a tensor-keyed subscript spells
                                                                        its key's path (dict_state)
 ``thunder.core.interpreter._interpret_call``          batch_norm,      interprets a function from a lookaside
+                                                      interpreter_state,
                                                       object_state,
-                                                      optimizers,
+                                                      optimizers,      (a tensor hook: traced for the backward)
+                                                      tensor_hooks,
                                                       transformers_compat
 ``JitCtx._additional_outputs``                        module_state     the interpreter's record of assignments
                                                                        to Python objects (module attributes)
@@ -81,6 +83,8 @@ attribute                                   on                   holds
                                                                  (object_state)
 :data:`EPILOGUE_OBJECTS`                    ``JitCtx``           the epilogue's proxies of rebuilt objects and
                                                                  referenced arguments (object_state)
+:data:`HOOKS`                               ``JitCtx``           the tensor hooks registered by the tracing in
+                                                                 progress, by tensor (tensor_hooks)
 :data:`RUNNER_CALL`, :data:`RUNNER_BUILD`   ``CUDAGraphRunner``  ``call_cuda_graph``/``build_cuda_graph``
                                                                  bound on that runner
 ==========================================  ===================  ==============================================
@@ -98,7 +102,7 @@ __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "LOOKASIDE_TABLE", "GRAD_TABLE", "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "ADDITIONAL_OUTPUTS",
            "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
            "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS",
-           "INPUT_ALIASES", "PLACED_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT",
+           "INPUT_ALIASES", "PLACED_ALIASES", "EPILOGUE_WRITES", "REBOUND", "HOOKS", "DCE_FIXPOINT",
            "RESOLVED", "FUSED", "RUNNER", "GUARDED_DICTS", "DICT_WRITES", "GUARDED_LISTS", "LIST_WRITES",
            "CREATED_FIELDS", "EPILOGUE_OBJECTS", "RUNNER_CALL", "RUNNER_BUILD"]
 
@@ -187,7 +191,8 @@ LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE, ("opaque_torch", "
 NAME_POSTFIX = Private("thunder.core.jit_ext", "_infer_name_postfix_from_provenance", Kind.MODULE, ("_patches",),
                        "names proxied inputs after their access path; patched to spell tensor-keyed subscripts")
 INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE,
-                         ("batch_norm", "interpreter_state", "object_state", "optimizers", "transformers_compat"),
+                         ("batch_norm", "interpreter_state", "object_state", "optimizers", "tensor_hooks",
+                          "transformers_compat"),
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
 ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs", Kind.FIELD, ("module_state",),
                              "the interpreter's record of assignments to Python objects (module attributes)")
@@ -240,6 +245,8 @@ EPILOGUE_WRITES = Stash("_thunder_effects_epilogue_writes", "thunder.common.Comp
                         "names of the arguments the epilogue writes back after the forward (state)")
 REBOUND = Stash("_thunder_effects_rebound", "thunder.common.CompileData",
                 "in-place metadata changes of the tracing in progress: proxies rebound (rebinding)")
+HOOKS = Stash("_thunder_effects_hooks", "thunder.core.jit_ext.JitCtx",
+              "the tensor hooks registered by the tracing in progress, by tensor (tensor_hooks)")
 DCE_FIXPOINT = Stash("_thunder_effects_dce_fixpoint", "thunder.core.trace.TraceCtx",
                      "a trace DCE returned unchanged: the next DCE of it returns it as it is (pipeline)")
 RESOLVED = Stash("_thunder_effects_resolved", "thunder.core.symbol.BoundSymbol",
@@ -269,5 +276,5 @@ RUNNER_BUILD = Stash("build_cuda_graph", "thunder.transforms.cudagraph.CUDAGraph
 
 STASHES: tuple[Stash, ...] = (INPUT_ALIASES, PLACED_ALIASES, EPILOGUE_WRITES, REBOUND, DCE_FIXPOINT, RESOLVED, FUSED,
                               RUNNER, GUARDED_DICTS, DICT_WRITES, GUARDED_LISTS, LIST_WRITES, CREATED_FIELDS,
-                              EPILOGUE_OBJECTS, RUNNER_CALL, RUNNER_BUILD)
+                              EPILOGUE_OBJECTS, HOOKS, RUNNER_CALL, RUNNER_BUILD)
 """Every attribute thunder_ext attaches to Thunder objects (see the module docstring)."""

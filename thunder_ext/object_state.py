@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from effects import GLOBAL, make_effects
+from effects import GLOBAL, interpreter_owned, make_effects
 
 from thunder.core import devices, dtypes, prims
 from thunder.core.interpreter import PseudoInst, WrappedValue, default_lookaside, wrap_const
@@ -267,8 +267,8 @@ def epilogue_value(value: Any, path: str) -> Any:
         CreatedObjectError: a created object that cannot be rebuilt."""
     wrapped = value if isinstance(value, WrappedValue) else None
     raw = wrapped.value if wrapped is not None else value
-    if isinstance(raw, Proxy) or isinstance(raw, _CONSTANTS):
-        return raw
+    if isinstance(raw, Proxy) or isinstance(raw, _CONSTANTS) or interpreter_owned(raw):
+        return raw  # an interpreter-owned object (a traced hook's handle) is handed back itself
     if isinstance(raw, dtypes.dtype):
         return dtypes.to_torch_dtype(raw)
     if isinstance(raw, devices.Device):

@@ -182,11 +182,7 @@ def test_requires_grad_follows_eager(config: str) -> None:
     _check(requires_grad_answers, config, _leaf)
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="Thunder has no Tensor.register_hook inside a trace: now that h.requires_grad is eager's "
-                          "answer the hook is no longer skipped silently, and tracing stops at 'Unknown attribute "
-                          "register_hook' (stock skips the hook: wrong gradients)")
-@pytest.mark.parametrize("config", ["torch"])
+@pytest.mark.parametrize("config", PARAMS)
 def test_register_hook_on_intermediate(config: str) -> None:
     _check(hook_on_intermediate, config, _leaf)
 

@@ -64,6 +64,7 @@ EXPECTED_STASHES = (
     "thunder.core.jit_ext.JitCtx._thunder_effects_list_writes",
     "thunder.core.jit_ext.JitCtx._thunder_effects_created_fields",
     "thunder.core.jit_ext.JitCtx._thunder_effects_epilogue_objects",
+    "thunder.core.jit_ext.JitCtx._thunder_effects_hooks",
     "thunder.transforms.cudagraph.CUDAGraphRunner.call_cuda_graph",
     "thunder.transforms.cudagraph.CUDAGraphRunner.build_cuda_graph",
 )
