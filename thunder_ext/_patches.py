@@ -36,6 +36,8 @@ imports in ``torch_compile``, ``nvfuserex_impl``
 ``jit_ext.build_value_from_wrapped``             :func:`object_state.build_value_from_wrapped` (an object
                                                   made in the call and returned is rebuilt in the
                                                   epilogue)
+``interpreter.wrap``                             :func:`object_state.shared_wrapper` (a list written through
+                                                  one path is the same list through another)
 ``jit_ext._general_jit_lookaside_map[torch_fn]``  new entries: torch functions without a Thunder symbol trace
                                                   as opaque torch calls (:mod:`thunder_ext.opaque_torch`),
                                                   seeding as an ordered RNG write (:mod:`thunder_ext.seeding`),
@@ -109,6 +111,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import thunder
+import thunder.core.interpreter as interpreter
 import thunder.core.jit_ext as jit_ext
 import thunder.core.rematerialization as remat_mod
 import thunder.core.transform_common as transform_common
@@ -242,6 +245,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
                                         split.split_into_forward_and_backward),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, module_state.write_back_module_state),
     "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
+    "wrap": (interpreter.wrap, object_state.shared_wrapper),
     **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),
     "sorted": (sorted, dict_state.sorted_by_proxy_names),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
@@ -280,6 +284,7 @@ def _build_patches() -> tuple[Patch, ...]:
         patch(autodiff, "split_into_forward_and_backward"),
         patch(jit_ext, "process_recorded_modifications"),
         patch(jit_ext, "build_value_from_wrapped"),
+        patch(interpreter, "wrap"),
         Patch(jit_ext, "sorted", ABSENT, replacements["sorted"]),  # shadows the builtin in that module only
         patch(jit_ext, NAME_POSTFIX.name),
     ]
@@ -355,6 +360,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "_copy_": ("a", "b"),
     "process_recorded_modifications": ("ctx", "epilogue_trace"),
     "build_value_from_wrapped": ("wrapped_v",),
+    "wrap": ("value", "provenance"),
     "put_grads": ("a", "g"),
     "split_into_forward_and_backward": ("joint_trace",),
     "sort_waits": ("execution_trace",),

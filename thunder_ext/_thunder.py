@@ -35,6 +35,8 @@ name                                                  used by          for
                                                       optimizers,      (a tensor hook: traced for the backward)
                                                       tensor_hooks,
                                                       transformers_compat
+``InterpreterRuntimeCtx._known_wrappers``             object_state     the interpreter's wrapper of each object
+                                                                       by id (one object, one wrapper)
 ``JitCtx._additional_outputs``                        module_state     the interpreter's record of assignments
                                                                        to Python objects (module attributes)
 ``TraceCtx._siginfo``                                 functionalize    the epilogue's parameters (written:
@@ -99,7 +101,8 @@ from typing import Any
 
 __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS", "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "PROPERTY_TABLE",
-           "LOOKASIDE_TABLE", "GRAD_TABLE", "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "ADDITIONAL_OUTPUTS",
+           "LOOKASIDE_TABLE", "GRAD_TABLE", "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "KNOWN_WRAPPERS",
+           "ADDITIONAL_OUTPUTS",
            "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
            "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS",
            "INPUT_ALIASES", "PLACED_ALIASES", "EPILOGUE_WRITES", "REBOUND", "HOOKS", "DCE_FIXPOINT",
@@ -194,6 +197,9 @@ INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MOD
                          ("batch_norm", "interpreter_state", "object_state", "optimizers", "tensor_hooks",
                           "transformers_compat"),
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
+KNOWN_WRAPPERS = Private("thunder.core.interpreter.InterpreterRuntimeCtx", "_known_wrappers", Kind.FIELD,
+                         ("object_state",),
+                         "the interpreter's one wrapper per object (by id), whatever path reached it")
 ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs", Kind.FIELD, ("module_state",),
                              "the interpreter's record of assignments to Python objects (module attributes)")
 SIGINFO = Private("thunder.core.trace.TraceCtx", "_siginfo", Kind.FIELD, ("functionalize",),
@@ -229,7 +235,7 @@ CHECK_IMPLS = tuple(
 
 PRIVATE_NAMES: tuple[Private, ...] = (
     TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, PROPERTY_TABLE, LOOKASIDE_TABLE, GRAD_TABLE,
-    LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, ADDITIONAL_OUTPUTS, SIGINFO, UPDATE_FUSION_CALL_CTX,
+    LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, KNOWN_WRAPPERS, ADDITIONAL_OUTPUTS, SIGINFO, UPDATE_FUSION_CALL_CTX,
     BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS, *REGION_FIELDS,
     CACHE_INFO_CTX, COMPILE_DATA_CTX, *CHECK_IMPLS,
 )

@@ -50,17 +50,19 @@ import torch
 from effects import GLOBAL, interpreter_owned, make_effects
 
 from thunder.core import devices, dtypes, prims
-from thunder.core.interpreter import PseudoInst, WrappedValue, default_lookaside, wrap_const
+from thunder.core.interpreter import (PseudoInst, WrappedValue, default_lookaside, get_interpreterruntimectx,
+                                      wrap_const)
 from thunder.core.jit_ext import get_jit_ctx
 from thunder.core.proxies import Proxy
 from thunder.core.trace import get_tracectx, tracectx
 
-from ._thunder import CREATED_FIELDS, EPILOGUE_OBJECTS, GUARDED_LISTS, INTERPRET_CALL, LIST_WRITES
+from ._thunder import CREATED_FIELDS, EPILOGUE_OBJECTS, GUARDED_LISTS, INTERPRET_CALL, KNOWN_WRAPPERS, LIST_WRITES
 from .dict_state import SET_ITEM, reachable
 from .opaque_torch import executor
 
 __all__ = ["CreatedObjectError", "SET_CONTENTS", "NEW_OBJECT", "SET_FIELD", "lookasides", "write_back",
-           "epilogue_value", "record_created_field", "is_created", "build_value_from_wrapped", "describe"]
+           "shared_wrapper", "epilogue_value", "record_created_field", "is_created", "build_value_from_wrapped",
+           "describe"]
 
 
 class CreatedObjectError(NotImplementedError):
@@ -340,6 +342,23 @@ def _items(wrapped: WrappedValue | None, raw: list) -> list[Any]:
 def _dict_items(wrapped: WrappedValue | None, raw: dict) -> list[tuple[Any, Any]]:
     wrappers = wrapped.item_wrappers if wrapped is not None and isinstance(wrapped.item_wrappers, dict) else {}
     return [(key, wrappers.get(key, item)) for key, item in raw.items()]
+
+
+def shared_wrapper(original: Callable[..., Any], value: Any, /, *, provenance: Any) -> Any:
+    """Stand-in for the interpreter's ``wrap`` (``original``): one object is one value, whatever path reaches it.
+
+    The interpreter already keeps one wrapper per object (by ``id``): ``b.items`` after ``a.items`` (the same list)
+    is the wrapper ``a.items`` made, so a read through ``b`` sees what was written through ``a``. But once a write
+    gave that wrapper the interpreter's copy of a list (:func:`_track`), the interpreter's consistency check
+    compares the *real* list's length with the copy's and fails (``AssertionError`` in ``wrap``) the first time the
+    list is reached by another path after an ``append``. That wrapper — the copy — is the list's current value:
+    handed out as it is."""
+    if type(value) is list:
+        found = KNOWN_WRAPPERS.get(get_interpreterruntimectx()).get(id(value))
+        wrapper = found[0]() if found is not None else None
+        if wrapper is not None and wrapper.original_value is value and wrapper.value is not value:
+            return wrapper
+    return original(value, provenance=provenance)
 
 
 def build_value_from_wrapped(original: Callable[..., Any], wrapped_v: Any) -> Any:

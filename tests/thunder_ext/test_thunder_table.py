@@ -28,6 +28,7 @@ EXPECTED_PRIVATE_NAMES = (
     "thunder.torch._copy_",
     "thunder.core.jit_ext._infer_name_postfix_from_provenance",
     "thunder.core.interpreter._interpret_call",
+    "thunder.core.interpreter.InterpreterRuntimeCtx._known_wrappers",
     "thunder.core.jit_ext.JitCtx._additional_outputs",
     "thunder.core.trace.TraceCtx._siginfo",
     "thunder.executors.passes._update_fusion_call_ctx",
