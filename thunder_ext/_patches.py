@@ -31,7 +31,7 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   that transform's runner (:data:`RUNNER_METHODS`)
 ``thunder.torch._copy_``                         :func:`eager_checks.checked_copy` (eager's in-place result-type
                                                   rule)
-``jit_ext.process_recorded_modifications``       :func:`module_state.write_back_module_state` (module attributes
+``jit_ext.process_recorded_modifications``       :func:`state_epilogue.write_back` (module attributes
                                                   rebound in ``forward`` reach later calls and the module)
 ``jit_ext.build_value_from_wrapped``             :func:`object_state.build_value_from_wrapped` (an object
                                                   made in the call and returned is rebuilt in the
@@ -130,7 +130,8 @@ from thunder.core.compile_data import get_compile_data
 
 from . import (_thunder_fast, arguments, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize,
                interpreter_state, module_state, dict_state, object_state, opaque_torch, optimizers, overloads,
-               pipeline, profiler, rebinding, referents, seeding, split, state, tensor_hooks, transformers_compat)
+               pipeline, profiler, rebinding, referents, seeding, split, state, state_epilogue, tensor_hooks,
+               transformers_compat)
 from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
                        UPDATE_FUSION_CALL_CTX)
 from .grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
@@ -243,7 +244,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "put_grads": (thunder_transforms.put_grads, put_grads),
     "split_into_forward_and_backward": (autodiff.split_into_forward_and_backward,
                                         split.split_into_forward_and_backward),
-    "process_recorded_modifications": (jit_ext.process_recorded_modifications, module_state.write_back_module_state),
+    "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),
     "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
     "wrap": (interpreter.wrap, object_state.shared_wrapper),
     **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),

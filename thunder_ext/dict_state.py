@@ -13,8 +13,8 @@ interpreter's own extension points (lookasides, prologue constraints, recorded m
   provenance, so the prologue fetches it at run time with the run's tensor;
 * **writes** ``d[k] = v`` into a dict reachable from the arguments (its provenance is a chain of attribute reads
   and subscripts of an input) go to the interpreter's copy of the dict (the real dict is untouched while tracing)
-  and are recorded; :func:`write_back` (called by the ``process_recorded_modifications`` stand-in of
-  :mod:`thunder_ext.module_state`) turns each last write into :data:`SET_ITEM`, an epilogue operator ordered on
+  and are recorded; :func:`take_writes` (asked by the ``process_recorded_modifications`` stand-in of
+  :mod:`thunder_ext.state_epilogue`) become, the last per item, :data:`SET_ITEM`, an epilogue operator ordered on
   the ``global`` resource that stores the run's value into the run's dict;
 * **guards**: when the program asks what keys such a dict has (``len``, ``in``, ``get`` of a missing key, a
   missing ``d[k]``, ``keys``/iteration), a prologue constraint :data:`CHECK_KEYS` pins the dict's key set as it
@@ -38,14 +38,13 @@ from thunder.core.interpreter import (PseudoInst, ProvenanceRecord, WrappedValue
                                       wrap_binary_subscr, wrap_const)
 from thunder.core.jit_ext import EXT_FLAG_IS_MODULE, get_jit_ctx
 from thunder.core.proxies import Proxy, TensorProxy
-from thunder.core.trace import get_tracectx, tracectx
 from thunder.executors.pythonex import ex as pythonex
 
 from ._thunder import DICT_WRITES, GUARDED_DICTS
 from .opaque_torch import executor
 
-__all__ = ["SET_ITEM", "CHECK_KEYS", "DictKeysChanged", "ProxyLeakError", "lookasides", "write_back", "reachable",
-           "sorted_by_proxy_names", "name_postfix"]
+__all__ = ["SET_ITEM", "CHECK_KEYS", "DictKeysChanged", "ProxyLeakError", "lookasides", "take_writes", "reachable",
+           "sorted_by_proxy_names", "name_postfix", "is_attribute_dict"]
 
 _UNPACKABLE = frozenset({PseudoInst.LOAD_ATTR, PseudoInst.BINARY_SUBSCR})
 _INPUTS = frozenset({PseudoInst.INPUT_ARGS, PseudoInst.INPUT_KWARGS, PseudoInst.INPUT_FN})
@@ -284,7 +283,7 @@ def _from_inputs(record: ProvenanceRecord) -> bool:
 
 def _leak_error(d: WrappedValue, key: WrappedValue) -> ProxyLeakError:
     record = d.provenance
-    owner = f"the attributes of {record.inputs[0].value!r}" if _is_attribute_dict(record) else "a dict"
+    owner = f"the attributes of {record.inputs[0].value!r}" if is_attribute_dict(record) else "a dict"
     return ProxyLeakError(
         f"thunder_ext.jit: the function writes a traced value under the key {_unwrap_value(key)!r} into {owner} "
         f"that existed before the call but is reached in a way the compiled program cannot repeat at run time "
@@ -293,7 +292,8 @@ def _leak_error(d: WrappedValue, key: WrappedValue) -> ProxyLeakError:
         "the jitted function.")
 
 
-def _is_attribute_dict(record: ProvenanceRecord) -> bool:
+def is_attribute_dict(record: ProvenanceRecord) -> bool:
+    """Whether an interpreter provenance record is of an object's ``__dict__`` (its items are attributes)."""
     return (record.inst is PseudoInst.LOAD_ATTR and record.inputs[1].inst is PseudoInst.CONSTANT
             and record.inputs[1].value == "__dict__")
 
@@ -306,28 +306,13 @@ def _recorded(ctx: Any) -> list[tuple[Any, Any, Any]]:
     return found
 
 
-def write_back(ctx: Any, convert: Callable[[Any, str], Any]) -> None:
-    """Each last write into a reachable dict (not a module's own dicts, which Thunder writes back itself) becomes
-    :data:`SET_ITEM` in the epilogue (the current trace); ``convert(value, label)`` gives the value the epilogue
-    stores (:func:`thunder_ext.object_state.epilogue_value`: a tensor's proxy, an object the call created
-    rebuilt)."""
-    writes = _recorded(ctx)
-    if not writes:
-        return
-    last: dict[tuple[int, Any], tuple[Any, Any, Any]] = {}
-    for d, key, value in writes:
-        last[(id(d), key.value)] = (d, key, value)
-    epilogue_trace = get_tracectx()
-    dict_proxies: dict[int, Proxy] = {}
-    for d, key, value in last.values():
-        proxy = dict_proxies.get(id(d))
-        if proxy is None:
-            with tracectx(ctx.computation_trace):  # named in the computation's namespace, as Thunder's roots
-                proxy = Proxy(history=d.provenance)
-            epilogue_trace.add_name(proxy.name)
-            dict_proxies[id(d)] = proxy
-        SET_ITEM(proxy, key.value, convert(value, f"the item {key.value!r} of a dict"))
-    writes.clear()
+def take_writes(ctx: Any) -> list[tuple[Any, Any, Any]]:
+    """Every write into a reachable dict (not a module's own dicts, which Thunder writes back itself), in program
+    order, as ``(dict, key, value)`` interpreter records — taken: the epilogue of :mod:`thunder_ext.state_epilogue`
+    turns the last write per item into :data:`SET_ITEM`."""
+    writes = list(_recorded(ctx))
+    _recorded(ctx).clear()
+    return writes
 
 
 def lookasides(current: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:

@@ -133,7 +133,7 @@ class _GradState:
 
     def update(self, bsyms: list[Any]) -> None:
         if len(bsyms) < self.seen:  # the list was rewritten: start again
-            self.__init__()
+            self.seen, self.made, self.grad = 0, set(), set()
         for bsym in bsyms[self.seen:]:
             outs = [o for o in bsym.flat_proxy_outs if isinstance(o, TensorProxy)]
             args = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
@@ -160,16 +160,16 @@ def _grad_state() -> _GradState | None:
     return state
 
 
-def _made_in_trace(t: TensorProxy, state: _GradState | None) -> bool:
-    return state is not None and t.name in state.made
+def _made_in_trace(t: TensorProxy) -> _GradState | None:
+    """The trace's grad state when ``t`` was made in the trace being built (else ``None``: an argument)."""
+    state = _grad_state()
+    return state if state is not None and t.name in state.made else None
 
 
 def requires_grad(t: TensorProxy) -> bool:
     """Eager's ``t.requires_grad`` for a tensor of the trace being built (see the module docstring)."""
-    state = _grad_state()
-    if _made_in_trace(t, state):
-        return t.name in state.grad or t.requires_grad
-    return t.requires_grad
+    state = _made_in_trace(t)
+    return t.requires_grad or (state is not None and t.name in state.grad)
 
 
 class _Questions(threading.local):
@@ -192,7 +192,7 @@ def asking_leaves() -> Iterator[list[tuple[torch.Tensor, bool]]]:
 
 def _is_leaf(wrapped: WrappedValue) -> bool:
     t = unwrap(wrapped)
-    if _made_in_trace(t, _grad_state()) or not t.requires_grad:
+    if _made_in_trace(t) is not None or not t.requires_grad:
         return not requires_grad(t)
     tensor = wrapped.original_value
     if not isinstance(tensor, torch.Tensor):

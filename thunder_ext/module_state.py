@@ -20,15 +20,16 @@ interpreter records the assignment and ``process_recorded_modifications`` turns 
   mean) is stored as a compiled output that carries Thunder's: the next call differentiates through it, and
   ``.backward()`` fails ("Trying to backward through the graph a second time").
 
-:func:`write_back_module_state` stands in for ``process_recorded_modifications`` (installed by
-:mod:`thunder_ext._patches`): after Thunder's own pass it replaces every buffer write by :data:`SET_BUFFER` under its
-right name, and takes every ``__dict__`` record out of Thunder's hands: each attribute left holding something else
-than when the call started is written by :data:`SET_ATTRIBUTE` with its *final* value (read from the dict's final
-contents, :func:`_rebound_items`; Thunder's dtypes and devices as torch's; another Python object — a list, a dict —
-is a typed error naming the attribute). Both write the
+The epilogue of :mod:`thunder_ext.state_epilogue` (the ``process_recorded_modifications`` stand-in) asks this
+module for what it records: after Thunder's own pass every buffer write becomes :data:`SET_BUFFER` under its right
+name (:func:`named_buffer_write`), and every ``__dict__`` record is taken out of Thunder's hands
+(:func:`attribute_writes`): each attribute left holding something else than when the call started is written by
+:data:`SET_ATTRIBUTE` with its *final* value (read from the dict's final contents, :func:`_rebound_items`;
+Thunder's dtypes and devices as torch's; another Python object as :mod:`thunder_ext.object_state` carries it).
+Both write the
 original module (through ``ThunderModule.get_submodule``, which hands out the original submodules) and, for
 buffers, the ``ThunderModule``'s override that later calls read — so later calls *and* the original module see the
-new tensor, as in eager — detached where eager's value has no autograd history (:func:`_without_grad`). Both are
+new tensor, as in eager — detached where eager's value has no autograd history (:func:`without_grad`). Both are
 epilogue operators ordered on the ``global`` resource (Python object state), like Thunder's ``pack_buffer``. Cost:
 one pass over the recorded modifications, the epilogue and (in differentiated compilations) the computation trace,
 at trace time; a ``requires_grad`` test per write at run time.
@@ -68,14 +69,14 @@ from thunder.core.interpreter import INTERPRETER_SIGNALS, PseudoInst, WrappedVal
 from thunder.core.module import ThunderModule
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import Proxy, TensorProxy
-from thunder.core.trace import TraceCtx, tracectx
 
 from ._thunder import ADDITIONAL_OUTPUTS
-from . import dict_state, object_state
-from .dict_state import reachable
+from . import object_state
+from .dict_state import is_attribute_dict, reachable
 from .opaque_torch import executor, grad_requiring
 
-__all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "write_back_module_state", "synced_setattr", "lookasides"]
+__all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "attribute_writes", "drop_created", "named_buffer_write", "without_grad",
+           "synced_setattr", "lookasides"]
 
 
 def _original(module: Any) -> Any:
@@ -118,28 +119,22 @@ SET_ATTRIBUTE = executor.register_operator("thunder_effects_set_attribute", meta
 ``ThunderModule``); ``detach``: the value is stored without autograd history, as eager computed it."""
 
 
-def _is_attribute_dict(modified: Any) -> bool:
-    """Whether an interpreter record is of an object's ``__dict__`` (an attribute assignment)."""
-    record = modified.provenance
-    return (record.inst is PseudoInst.LOAD_ATTR and len(record.inputs) == 2
-            and record.inputs[1].inst is PseudoInst.CONSTANT and record.inputs[1].value == "__dict__")
-
-
-def _attribute_writes(ctx: Any) -> list[tuple[Any, str, Any]]:
-    """``(object provenance, name, final value)`` of every attribute the call left holding something else than
-    when it started, read from each assigned ``__dict__``'s final contents (:func:`_rebound_items`) — and the
-    interpreter's records of those dicts taken out of ``ctx``: Thunder replays the *first* assignment it recorded
-    (``obj.x = {}`` then ``obj.x = None`` wrote the dict back, or failed on it), and drops the rest."""
+def attribute_writes(ctx: Any) -> list[tuple[Any, str, Any]]:
+    """``(the object's __dict__ as the interpreter wrapped it, name, final value)`` of every attribute the call left
+    holding something else than when it started, read from each assigned ``__dict__``'s final contents
+    (:func:`_rebound_items`) — and the interpreter's records of those dicts taken out of ``ctx``: Thunder replays
+    the *first* assignment it recorded (``obj.x = {}`` then ``obj.x = None`` wrote the dict back, or failed on it),
+    and drops the rest."""
     records = ADDITIONAL_OUTPUTS.get(ctx)
     found = []
-    for modified in [m for m in records if _is_attribute_dict(m)]:
+    for modified in [m for m in records if is_attribute_dict(m.provenance)]:
         owner = modified.provenance.inputs[0]
         # an object whose __dict__ Thunder proxied must reach the epilogue: the prologue unpacks later reads of its
         # attributes through that proxy, ordered as an epilogue input (else KeyError in Thunder's unpack_inputs) —
         # so the attributes Thunder recorded are written even when restored (the same value again)
         recorded = {args[1].value for inst, *args in records.pop(modified) if inst is PseudoInst.STORE_SUBSCR}
         restored = recorded if hasattr(owner, "proxy") else set()
-        found += [(owner, name, value) for name, value in _rebound_items(modified, restored).items()]
+        found += [(modified, name, value) for name, value in _rebound_items(modified, restored).items()]
     return found
 
 
@@ -191,7 +186,7 @@ def _rebound_items(modified: Any, restored: Collection[str] = ()) -> dict[str, A
     return rebound
 
 
-def _without_grad(ctx: Any) -> Callable[[Any], bool]:
+def without_grad(ctx: Any) -> Callable[[Any], bool]:
     """Whether eager would hold a value of the computation without autograd history: grad mode is off, the value
     was computed under ``no_grad`` (Thunder tags it ``DETACHED_AUTOGRAD_GRAPH``) or from nothing that requires
     grad (a forward pass over the computation trace)."""
@@ -203,40 +198,17 @@ def _without_grad(ctx: Any) -> Callable[[Any], bool]:
     return lambda value: not (isinstance(value, TensorProxy) and value.name in grad)
 
 
-def write_back_module_state(original: Callable[..., Any], ctx: Any, epilogue_trace: TraceCtx) -> None:
-    """Stand-in for ``jit_ext.process_recorded_modifications`` (``original``): Thunder's epilogue writes, with
-    buffer writes named right and reaching the original module, plus the attribute writes Thunder drops; every
-    value stored with eager's autograd history (none where eager computed it without), and any other object
-    (a list, an instance the call made) as :func:`object_state.epilogue_value` stores it. Then the writes into
-    reachable dicts (:mod:`thunder_ext.dict_state`) and lists (:mod:`thunder_ext.object_state`).
-
-    Thunder's records of objects the call *created* are dropped first (their member dicts: a ``CrossEntropyLoss()``
-    built in ``forward`` registers its ``weight`` buffer, and Thunder looked for the new module's name in the root
-    module: an ``AssertionError``): such an object has nothing to write back; if it outlives the call (stored or
-    returned), the epilogue rebuilds it whole."""
+def drop_created(ctx: Any) -> None:
+    """Drop Thunder's records of objects the call *created* (their member dicts: a ``CrossEntropyLoss()`` built in
+    ``forward`` registers its ``weight`` buffer, and Thunder looked for the new module's name in the root module:
+    an ``AssertionError``): such an object has nothing to write back; if it outlives the call (stored or returned),
+    the epilogue rebuilds it whole (:mod:`thunder_ext.object_state`)."""
     records = ADDITIONAL_OUTPUTS.get(ctx)
     for modified in [m for m in records if not reachable(m.provenance)]:
         del records[modified]
-    written = _attribute_writes(ctx)  # before Thunder's pass, which then sees no attribute record
-    original(ctx, epilogue_trace)
-    without_grad = _without_grad(ctx)
-    epilogue_trace.bound_symbols = [_named_buffer_write(bsym, without_grad) for bsym in epilogue_trace.bound_symbols]
-    roots: dict[Any, Proxy] = {}
-    for owner, _, _ in written:  # named in the computation's namespace, as Thunder names its roots
-        if owner not in roots:
-            proxy = getattr(owner, "proxy", None)
-            roots[owner] = proxy if proxy is not None else Proxy(history=owner)
-            if roots[owner].name not in epilogue_trace.names:
-                epilogue_trace.add_name(roots[owner].name)
-    with tracectx(epilogue_trace):
-        for owner, name, value in written:
-            stored = object_state.epilogue_value(value, f"{object_state.describe(owner)}.{name}")
-            SET_ATTRIBUTE(roots[owner], name, stored, without_grad(stored))
-        dict_state.write_back(ctx, object_state.epilogue_value)
-        object_state.write_back(ctx)
 
 
-def _named_buffer_write(bsym: Any, without_grad: Callable[[Any], bool]) -> Any:
+def named_buffer_write(bsym: Any, without_grad: Callable[[Any], bool]) -> Any:
     """Thunder's ``pack_buffer`` as :data:`SET_BUFFER`, under the buffer's right name."""
     if bsym.sym.id is not PrimIDs.PACK_BUFFER:
         return bsym

@@ -12,7 +12,7 @@ for dicts:
 * **list writes** — ``append``, ``extend``, ``insert``, ``pop``, ``clear``, ``remove``, ``reverse``, ``+=``,
   ``__setitem__``, ``__delitem__`` — on a list reachable from the arguments (its provenance is a chain of attribute
   reads and subscripts of an input) go to the interpreter's copy of the list (``JitCtx.proxify``: the real list is
-  untouched while tracing), and the list is recorded; :func:`write_back` puts the copy's *final* contents into the
+  untouched while tracing), and the list is recorded; :func:`write_contents` puts the copy's *final* contents into the
   run's list with :data:`SET_CONTENTS` (``lst[:] = items``), an epilogue operator ordered on the ``global`` resource.
   ``insert``, ``clear`` and ``remove``, which Thunder refuses on every list ("please file an issue"), work on any
   list.
@@ -60,7 +60,8 @@ from ._thunder import CREATED_FIELDS, EPILOGUE_OBJECTS, GUARDED_LISTS, INTERPRET
 from .dict_state import SET_ITEM, reachable
 from .opaque_torch import executor
 
-__all__ = ["CreatedObjectError", "SET_CONTENTS", "NEW_OBJECT", "SET_FIELD", "lookasides", "write_back",
+__all__ = ["CreatedObjectError", "SET_CONTENTS", "NEW_OBJECT", "SET_FIELD", "lookasides", "written_lists",
+           "write_contents",
            "shared_wrapper", "epilogue_value", "record_created_field", "is_created", "build_value_from_wrapped",
            "describe"]
 
@@ -75,7 +76,7 @@ def _set_contents(lst: list, items: list) -> None:
     lst[:] = items
 
 
-def _new_object(cls: type) -> Any:
+def _new_object(cls: Any) -> Any:
     return cls.__new__(cls)
 
 
@@ -227,8 +228,8 @@ _LENGTH_READS = (list.__len__, list.__iter__, list.__reversed__, list.__contains
 
 def lookasides() -> dict[Any, Callable[..., Any]]:
     """Interpreter lookasides (:mod:`thunder_ext._patches`): list writes tracked, length-dependent reads guarded."""
-    writes = {list.insert: _insert, list.clear: _clear, list.remove: _remove,
-              **{fn: _default(fn) for fn in _WRITES}}
+    writes: dict[Any, Callable[..., Any]] = {list.insert: _insert, list.clear: _clear, list.remove: _remove,
+                                             **{fn: _default(fn) for fn in _WRITES}}
     return {**{fn: _writing(method) for fn, method in writes.items()},
             **{fn: _reading(_default(fn)) for fn in _LENGTH_READS},
             list.__getitem__: _reading(_default(list.__getitem__), _depends_on_length)}
@@ -286,8 +287,9 @@ def epilogue_value(value: Any, path: str) -> Any:
     return built[id(raw)][1]
 
 
-def _built(ctx: Any) -> dict[int, tuple[Any, Any]]:
-    """id of a created object -> (the object, kept alive; its proxy in the epilogue)."""
+def _built(ctx: Any) -> dict[Any, tuple[Any, Any]]:
+    """id of a created object -> (the object, kept alive; its proxy in the epilogue); ``("reference", id of a
+    provenance record)`` -> (the record, the proxy of the run's object there)."""
     found = EPILOGUE_OBJECTS.get(ctx)
     if found is None or found[0] is not get_tracectx():
         found = (get_tracectx(), {})
@@ -377,13 +379,16 @@ def build_value_from_wrapped(original: Callable[..., Any], wrapped_v: Any) -> An
         return epilogue_value(wrapped_v, f"the returned {type(wrapped_v.value).__qualname__}")
 
 
-def write_back(ctx: Any) -> None:
-    """Each reachable list the call wrote gets its final contents in the epilogue (the current trace):
-    :data:`SET_CONTENTS` of the run's list."""
-    for lst in _stash(ctx, LIST_WRITES).values():
-        items = _items(lst, lst.value)
-        label = describe(lst.provenance)
-        SET_CONTENTS(_reference(lst), [epilogue_value(item, f"{label}[{i}]") for i, item in enumerate(items)])
+def written_lists(ctx: Any) -> list[WrappedValue]:
+    """Every reachable list the call wrote (the interpreter's records, holding its copies)."""
+    return list(_stash(ctx, LIST_WRITES).values())
+
+
+def write_contents(lst: WrappedValue) -> None:
+    """The list's final contents in the epilogue (the current trace): :data:`SET_CONTENTS` of the run's list."""
+    label = describe(lst.provenance)
+    items = _items(lst, lst.value)
+    SET_CONTENTS(_reference(lst), [epilogue_value(item, f"{label}[{i}]") for i, item in enumerate(items)])
 
 
 def describe(record: Any) -> str:
