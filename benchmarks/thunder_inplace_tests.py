@@ -253,14 +253,15 @@ def main() -> None:
     parser.add_argument("--suite", choices=sorted(SUITES), default="inplace")
     parser.add_argument("--mode", choices=(*MODES, "both"), default="both")
     parser.add_argument("--save", action="store_true", help="merge the modes run into benchmarks/results/")
-    parser.add_argument("--files", nargs="+", default=None, help="only these files of the suite")
+    parser.add_argument("--files", nargs="+", default=None, help="only these files of the suite, in this order")
     parser.add_argument("-k", default=None, help="pytest -k expression, and-ed with each target's own")
     parser.add_argument("--timeout", type=float, default=1800.0, help="wall limit per file, seconds")
     parser.add_argument("--log-dir", type=Path, default=None, help="write each pytest process's output here")
     args = parser.parse_args()
 
     targets, stem = SUITES[args.suite]
-    targets = tuple(t for t in targets if args.files is None or t.file in args.files)
+    if args.files:  # in the order given
+        targets = tuple(t for f in args.files for t in targets if t.file == f)
     if args.log_dir:
         args.log_dir.mkdir(parents=True, exist_ok=True)
     saved_path = RESULTS / f"{stem}.json"
