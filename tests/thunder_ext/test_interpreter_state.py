@@ -14,16 +14,7 @@ import thunder_ext
 import thunder
 from effects import interpreter_owned
 
-CONFIGS = {
-    "torch": {"executors": ["torch"]},
-    "torchcompile-consecutive": {"executors": ["torchcompile"], "fusion_type": "consecutive"},
-    "torchcompile-dataflow": {"executors": ["torchcompile"], "fusion_type": "dataflow"},
-    "default": {},
-}
-CALLS = 3
-PARAMS = [pytest.param(name, marks=pytest.mark.slow if name.startswith("torchcompile") else ())
-          for name in CONFIGS]
-"""The configurations as test parameters: torch.compile's (a compilation per program) are slow."""
+from executor_configs import CALLS, CONFIGS, PARAMS
 
 
 def _flat(out: Any) -> list[Any]:

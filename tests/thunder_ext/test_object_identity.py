@@ -17,11 +17,7 @@ import torch  # noqa: E402
 
 import thunder_ext  # noqa: E402
 
-CONFIGS = {
-    "torch": {"executors": ["torch"]},
-    "torchcompile-consecutive": {"executors": ["torchcompile"], "fusion_type": "consecutive"},
-    "torchcompile-dataflow": {"executors": ["torchcompile"], "fusion_type": "dataflow"},
-}
+from executor_configs import CALLS, CONFIGS, PARAMS  # noqa: E402
 
 
 def _two_views() -> tuple[types.SimpleNamespace, types.SimpleNamespace]:
@@ -45,12 +41,12 @@ def grow_both(a: Any, b: Any, x: torch.Tensor) -> torch.Tensor:
 def _run(fn: Callable[..., torch.Tensor], jit: Callable[[Callable[..., Any]], Callable[..., Any]]) -> list[Any]:
     a, b = _two_views()
     jfn = jit(fn)
-    outs = [jfn(a, b, torch.full((2,), float(i))) for i in range(3)]
+    outs = [jfn(a, b, torch.full((2,), float(i))) for i in range(CALLS)]
     return [outs, a.cfg["t"], list(a.items), a.cfg is b.cfg, a.items is b.items]
 
 
 @pytest.mark.parametrize("fn", [write_a_read_b, grow_both], ids=lambda f: f.__name__)
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", PARAMS)
 def test_writes_through_one_path_are_read_through_another(fn: Callable[..., torch.Tensor], config: str) -> None:
     expected = _run(fn, lambda f: f)
     got = _run(fn, lambda f: thunder_ext.jit(f, **CONFIGS[config]))
@@ -70,7 +66,7 @@ def test_scheduler_and_optimizer_reach_one_param_group() -> None:
         opt = torch.optim.SGD([p], lr=1.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.5 ** e)
         jstep = jit(step)
-        for _ in range(3):
+        for _ in range(CALLS):
             p.grad = torch.ones(2)
             jstep(opt, sched)
         return p.detach(), opt.param_groups[0]["lr"]
