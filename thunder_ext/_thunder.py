@@ -9,43 +9,45 @@ installed Thunder and checks that no other module reads a private Thunder name o
 
 :data:`PRIVATE_NAMES` — what is read (or written) although Thunder does not export it:
 
-====================================================  ===============  =====================================
-name                                                  used by          for
-====================================================  ===============  =====================================
-``thunder.torch._torch_to_thunder_function_map``      declarations,    which torch functions have a symbol
-                                                      opaque_torch     (and which symbol)
-``thunder.torch._syms_returning_views``,              declarations     the view symbols (effects: aliases)
+====================================================  =================  =====================================
+name                                                  used by            for
+====================================================  =================  =====================================
+``thunder.torch._torch_to_thunder_function_map``      declarations,      which torch functions have a symbol
+                                                      opaque_torch       (and which symbol)
+``thunder.torch._syms_returning_views``,              declarations       the view symbols (effects: aliases)
 ``_syms_that_may_return_views``
-``thunder.torch.langctx._method_name_to_fn_map``      opaque_torch,    the ``Tensor`` methods Thunder knows
-                                                      _patches         (new entries added by the patches)
-``thunder.torch.langctx._property_name_to_fn_map``    _patches         the ``Tensor`` properties Thunder knows
-                                                                       (new entries added by the patches)
-``thunder.core.jit_ext._general_jit_lookaside_map``   _patches         interpreter lookasides (new entries)
-``thunder.executors.passes._update_fusion_call_ctx``  _patches         patched (fusion call-context cache)
-``thunder.core.transforms._grad_fn_map``              _patches,        gradient rules (corrected entries,
-                                                      grad_fixes       :mod:`thunder_ext.grad_fixes`)
-``thunder.torch._copy_``                              opaque_torch,    ltorch's in-place write (``copy_`` with
-                                                      _patches         Thunder's dtype conversion); patched
-                                                                       (eager's result-type rule)
-``thunder.core.jit_ext._infer_name_postfix_from_pro…  _patches         patched: a tensor-keyed subscript spells
-                                                                       its key's path (dict_state)
-``thunder.core.interpreter._interpret_call``          batch_norm,      interprets a function from a lookaside
+``thunder.torch.langctx._method_name_to_fn_map``      opaque_torch,      the ``Tensor`` methods Thunder knows
+                                                      _patches           (new entries added by the patches)
+``thunder.torch.langctx._property_name_to_fn_map``    _patches           the ``Tensor`` properties Thunder knows
+                                                                         (new entries added by the patches)
+``thunder.core.jit_ext._general_jit_lookaside_map``   _patches           interpreter lookasides (new entries)
+``thunder.executors.passes._update_fusion_call_ctx``  _patches           patched (fusion call-context cache)
+``thunder.core.transforms._grad_fn_map``              _patches,          gradient rules (corrected entries,
+                                                      grad_fixes         :mod:`thunder_ext.grad_fixes`)
+``thunder.torch._copy_``                              opaque_torch,      ltorch's in-place write (``copy_`` with
+                                                      _patches           Thunder's dtype conversion); patched
+                                                                         (eager's result-type rule)
+``thunder.core.jit_ext._infer_name_postfix_from_pro…  _patches           patched: a tensor-keyed subscript spells
+                                                                         its key's path (dict_state)
+``thunder.core.interpreter._interpret_call``          batch_norm,        interprets a function from a lookaside
                                                       optimizers,
                                                       transformers_compat
-``JitCtx._additional_outputs``                        module_state     the interpreter's record of assignments
-                                                                       to Python objects (module attributes)
-``TraceCtx._siginfo``                                 functionalize    the epilogue's parameters (written:
-                                                                       write-backs add parameters)
-``Symbol._bind_postprocess``                          plugin           the callable an operator runs
-``BoundSymbol._call_ctx``                             plugin, honesty  the same; ``CheckEffects`` replaces it
-``ThunderModule._forward_fn``                         jit              where a module call goes (wrapped)
-``BoundSymbol.flat_outs`` / ``flat_proxy_args``       _thunder_fast    Thunder's cached values, when computed
+``JitCtx._additional_outputs``                        module_state       the interpreter's record of assignments
+                                                                         to Python objects (module attributes)
+``JitCtx._constraints``                               tensor_attributes  the prologue checks of the tracing: the
+                                                                         proxies of the call's tensors
+``TraceCtx._siginfo``                                 functionalize      the epilogue's parameters (written:
+                                                                         write-backs add parameters)
+``Symbol._bind_postprocess``                          plugin             the callable an operator runs
+``BoundSymbol._call_ctx``                             plugin, honesty    the same; ``CheckEffects`` replaces it
+``ThunderModule._forward_fn``                         jit                where a module call goes (wrapped)
+``BoundSymbol.flat_outs`` / ``flat_proxy_args``       _thunder_fast      Thunder's cached values, when computed
 (``functools.cached_property`` slots)
-``Region.bound_symbols`` / ``inputs`` / ``outputs``   _thunder_fast    set without Thunder's constructor
-``thunder._cache_info_ctx``                           fast_call        the cache info a prologue reads
-``thunder.core.compile_data._compile_data``           fast_call        the compile data a prologue runs under
-``thunder.executors.pythonex._check_*_impl`` (5)      fast_call        the prologue checks (run faster)
-====================================================  ===============  =====================================
+``Region.bound_symbols`` / ``inputs`` / ``outputs``   _thunder_fast      set without Thunder's constructor
+``thunder._cache_info_ctx``                           fast_call          the cache info a prologue reads
+``thunder.core.compile_data._compile_data``           fast_call          the compile data a prologue runs under
+``thunder.executors.pythonex._check_*_impl`` (5)      fast_call          the prologue checks (run faster)
+====================================================  =================  =====================================
 
 Three reads of closures stay where they are, each pinned by a test: the symbols a dispatch wrapper of the
 torch function map closes over (``declarations``), the executor a torch.compile fusion pass's ``merge_func``
@@ -89,7 +91,7 @@ from typing import Any
 __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS", "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "PROPERTY_TABLE",
            "LOOKASIDE_TABLE", "GRAD_TABLE", "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "ADDITIONAL_OUTPUTS",
-           "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
+           "CONSTRAINTS", "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
            "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS",
            "INPUT_ALIASES", "PLACED_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT",
            "RESOLVED", "FUSED", "RUNNER", "GUARDED_DICTS", "DICT_WRITES", "RUNNER_CALL", "RUNNER_BUILD"]
@@ -183,6 +185,8 @@ INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MOD
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
 ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs", Kind.FIELD, ("module_state",),
                              "the interpreter's record of assignments to Python objects (module attributes)")
+CONSTRAINTS = Private("thunder.core.jit_ext.JitCtx", "_constraints", Kind.FIELD, ("tensor_attributes",),
+                      "the prologue checks of the tracing in progress: the proxies of the call's tensors, by path")
 SIGINFO = Private("thunder.core.trace.TraceCtx", "_siginfo", Kind.FIELD, ("functionalize",),
                   "a trace's signature; autograd write-backs add epilogue parameters")
 UPDATE_FUSION_CALL_CTX = Private("thunder.executors.passes", "_update_fusion_call_ctx", Kind.MODULE, ("_patches",),
@@ -216,7 +220,7 @@ CHECK_IMPLS = tuple(
 
 PRIVATE_NAMES: tuple[Private, ...] = (
     TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, PROPERTY_TABLE, LOOKASIDE_TABLE, GRAD_TABLE,
-    LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, ADDITIONAL_OUTPUTS, SIGINFO, UPDATE_FUSION_CALL_CTX,
+    LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, ADDITIONAL_OUTPUTS, CONSTRAINTS, SIGINFO, UPDATE_FUSION_CALL_CTX,
     BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS, *REGION_FIELDS,
     CACHE_INFO_CTX, COMPILE_DATA_CTX, *CHECK_IMPLS,
 )

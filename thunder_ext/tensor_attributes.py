@@ -1,0 +1,185 @@
+"""Tensor attributes that are Python state — ``t.grad``, ``t.data``, ``t.requires_grad_()`` — inside a jitted
+function, as in eager.
+
+* ``t.grad`` of a tensor the call holds is another tensor the caller holds, or ``None``. Thunder proxies a leaf's
+  gradient with the leaf (its proxy, with the path ``t.grad``, is what ``TensorProxy.grad`` answers), so reads and
+  in-place writes (``p.grad.mul_(s)``, ``p.grad.zero_()``: writes to an input, written back like any) trace. Two
+  things were missing:
+
+  1. **the guard.** Nothing in the prologue checked the gradient: a later call whose ``p.grad`` was ``None``
+     (``zero_grad()`` sets it to ``None``), or a tensor where it was ``None`` at trace time, hit the cache and ran
+     the computation with the wrong value (``mul_`` of ``None``). :func:`grad` (the getter's lookaside) pins what the
+     trace was told, once per tensor: the gradient's metadata (Thunder's tensor check), or that it is ``None``
+     (``check_none``) — a call that differs compiles anew.
+  2. **the prologue's order.** Thunder's prologue builder fetches a value along its path from the arguments. A path
+     that goes through another tensor — ``m._parameters["weight"].grad``, an optimizer state keyed by a parameter —
+     was fetched before that tensor when the tensor came later in the inputs (or was no input at all), and then as
+     an anonymous intermediate: for a parameter Thunder's own assertion refused it ("Exception occured unpacking
+     object from ... LOAD_ATTR(..., 'grad')": "Parameter was not tagged with STATIC_MEMORY_LOCATION").
+     :func:`unpack_inputs` (the ``jit_ext.unpack_inputs`` stand-in) fetches every tensor on such a path first, as
+     itself, so what is reached through it is fetched from it.
+
+* ``t.data`` is ``t``'s storage without autograd history: in eager, ``detach()`` — a view of all of ``t`` that
+  autograd does not see through. Traced as ``detach``, an in-place write through it (``p.data.clamp_(...)``,
+  ``p.data.mul_(decay)``) writes ``t`` as a no-grad write does (:mod:`thunder_ext.functionalize` treats writes into a
+  detached tensor so), and its reads have no history. (Assigning ``t.data = v`` is :mod:`thunder_ext.rebinding`'s.)
+
+* ``t.requires_grad_(flag)`` (``Optimizer.zero_grad(set_to_none=False)`` calls ``p.grad.requires_grad_(False)``)
+  changes nothing when ``flag`` is what eager's ``t.requires_grad`` already is
+  (:func:`thunder_ext.interpreter_state.requires_grad`): then it is ``t`` itself. Changing the flag inside a trace is
+  refused (:class:`RequiresGradChangeError`).
+
+Cost: at trace time, one lookaside per read and one prologue check per tensor whose gradient was read; one walk of
+the inputs' paths when the prologue is built; at run time the checks.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+import thunder.torch as ltorch
+from thunder import clang
+from thunder.core.interpreter import (ProvenanceRecord, PseudoInst, WrappedValue, interpreter_needs_wrap, unwrap, wrap,
+                                      wrap_const)
+from thunder.core.jit_ext import get_jit_ctx
+from thunder.core.proxies import AnyProxy, Proxy, TensorProxy, variableify
+
+from ._thunder import CONSTRAINTS
+from . import interpreter_state
+
+__all__ = ["RequiresGradChangeError", "grad", "data", "requires_grad_", "unpack_inputs", "lookasides", "methods"]
+
+
+class RequiresGradChangeError(NotImplementedError):
+    """``t.requires_grad_(flag)`` inside a jitted function with a ``flag`` other than ``t.requires_grad``."""
+
+
+# --- t.grad -------------------------------------------------------------------------------------------------------
+_GRAD_GETTER = TensorProxy.grad.fget
+
+_guarded: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+"""Per tracing (``JitCtx``): the tensors whose gradient the prologue already checks."""
+
+
+def _guard_grad(tensor: TensorProxy, grad_record: ProvenanceRecord, value: TensorProxy | None) -> None:
+    """Pin in the prologue what ``tensor.grad`` (at ``grad_record``) was when traced: ``value``'s metadata, or
+    ``None``."""
+    ctx = get_jit_ctx()
+    done = _guarded.setdefault(ctx, set())
+    if tensor.name in done:
+        return
+    done.add(tensor.name)
+    if value is None:
+        ctx.add_constraint((clang.check_none, AnyProxy(None, history=grad_record)))
+    else:
+        ctx.add_constraint((clang.check_tensor_shape_and_metadata, value))
+
+
+def grad(wrapped: WrappedValue) -> Any:
+    """``t.grad`` in the trace (the ``TensorProxy.grad`` getter's lookaside): Thunder's answer — the proxy of the
+    call's gradient, ``None`` for a tensor made in the trace — with the answer guarded in the prologue when ``t``
+    is a tensor of the call. A gradient Thunder did not proxy (a non-leaf's retained one) is proxied here."""
+    t = unwrap(wrapped)
+    value = _GRAD_GETTER(t)
+    record = value.history if value is not None and value.history is not None else ProvenanceRecord(
+        PseudoInst.LOAD_ATTR, inputs=[wrapped.provenance, wrap_const("grad").provenance])
+    call_tensor = wrapped.original_value
+    if not isinstance(call_tensor, torch.Tensor):
+        return wrap(value, provenance=record)
+    if value is None and call_tensor.grad is not None:
+        return wrap(get_jit_ctx().proxify(wrap(call_tensor.grad, provenance=record)), provenance=record)
+    _guard_grad(t, record, value)
+    return wrap(value, provenance=record)
+
+
+# --- t.data and t.requires_grad_() --------------------------------------------------------------------------------
+def data(t: TensorProxy) -> TensorProxy:
+    """``t.data`` in the trace: ``detach(t)``, all of ``t``'s storage without autograd history."""
+    return ltorch.detach(t)
+
+
+def requires_grad_(t: TensorProxy, requires_grad: bool = True) -> TensorProxy:
+    """``t.requires_grad_(flag)`` in the trace: ``t`` when the flag is already eager's.
+
+    Raises:
+        RequiresGradChangeError: the call would change the flag.
+    """
+    if bool(requires_grad) == interpreter_state.requires_grad(t):
+        return t
+    raise RequiresGradChangeError(
+        f"thunder_ext.jit: {t.name}.requires_grad_({requires_grad}) changes the tensor's requires_grad inside a "
+        "jitted function, which is not supported. Change it outside the jitted function, or use `detach()` for a "
+        "tensor without autograd history.")
+
+
+def _attribute_lookaside(behind: Callable[..., Any]) -> Callable[..., Any]:
+    """``TensorProxy.__getattr__``'s lookaside (``behind``: the one already in the table) with ``data`` answered by
+    :func:`data`."""
+    traced_data = interpreter_needs_wrap(data)
+
+    def lookaside(self: Any, attr: Any) -> Any:
+        if unwrap(attr) == "data" and isinstance(unwrap(self), TensorProxy):
+            return traced_data(self)
+        return behind(self, attr)
+
+    return lookaside
+
+
+# --- the prologue's order -----------------------------------------------------------------------------------------
+def _tensors_on_paths(proxies: Iterable[Any], tensors: dict[int, TensorProxy]) -> list[TensorProxy]:
+    """The tensors (``tensors``: by the id of their provenance record) on the paths of ``proxies``, not counting
+    each proxy itself; a tensor after those on its own path."""
+    found: dict[int, TensorProxy] = {}
+
+    def walk(record: Any, top: bool) -> None:
+        if not isinstance(record, ProvenanceRecord):
+            return
+        for parent in record.inputs:
+            walk(parent, False)
+        tensor = tensors.get(id(record))
+        if not top and tensor is not None:
+            found.setdefault(id(tensor), tensor)
+
+    for proxy in proxies:
+        walk(getattr(proxy, "history", None), True)
+    return list(found.values())
+
+
+def unpack_inputs(original: Callable[..., Any], ctx: Any, prologue_trace: Any, pro_to_comp_inps: Sequence[Any],
+                  pro_to_epi_inps: Sequence[Any], args: Any, kwargs: Any) -> Any:
+    """``jit_ext.unpack_inputs`` (builds the prologue's fetching of the inputs), with every tensor on the path of
+    an input or of a prologue check fetched first (see the module docstring): they are handed to ``original`` as
+    extra epilogue inputs, which it fetches first, and taken out of its results again."""
+    checked = [a for _, *operands in CONSTRAINTS.get(ctx) for a in operands if isinstance(a, Proxy)]
+    tensors = {id(p.history): p for p in checked if isinstance(p, TensorProxy) and p.history is not None}
+    inputs = [v.proxy for v in (*pro_to_comp_inps, *pro_to_epi_inps)]
+    listed = {id(p) for p in (v.proxy for v in pro_to_epi_inps)}
+    first = [p for p in _tensors_on_paths([*inputs, *checked], tensors) if id(p) not in listed]
+    if not first:
+        return original(ctx, prologue_trace, pro_to_comp_inps, pro_to_epi_inps, args, kwargs)
+    extra = {id(p) for p in first}
+    to_comp, to_epi = original(ctx, prologue_trace, pro_to_comp_inps,
+                               [*(variableify(p) for p in first), *pro_to_epi_inps], args, kwargs)
+    to_epi = tuple(p for p in to_epi if id(p) not in extra)
+    ret = prologue_trace.bound_symbols[-1]
+    prologue_trace.bound_symbols[-1] = ret.from_bsym(args=((to_comp, to_epi),))
+    return to_comp, to_epi
+
+
+# --- tables -------------------------------------------------------------------------------------------------------
+def lookasides(current: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """Interpreter lookasides (:mod:`thunder_ext._patches`): the ``TensorProxy.grad`` getter, ``requires_grad_``
+    (run natively), and ``TensorProxy.__getattr__`` for ``data`` (``current``: the lookasides added so far, whose
+    ``__getattr__`` entry answers the rest)."""
+    getattr_fn = TensorProxy.__getattr__
+    return {_GRAD_GETTER: grad, requires_grad_: interpreter_needs_wrap(requires_grad_),
+            getattr_fn: _attribute_lookaside(current[getattr_fn])}
+
+
+def methods() -> dict[str, Callable[..., Any]]:
+    """``Tensor`` methods (name -> function) for the torch language context (:mod:`thunder_ext._patches`)."""
+    return {"requires_grad_": requires_grad_}
