@@ -55,14 +55,19 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   (:mod:`thunder_ext.dict_state`), ``optimizer._get_value``
                                                   (:mod:`thunder_ext.optimizers`), ``*_like(memory_format=)``,
                                                   calls of weak references, whose objects the prologue
-                                                  fetches again (:mod:`thunder_ext.referents`);
+                                                  fetches again (:mod:`thunder_ext.referents`), ``t.grad``
+                                                  (guarded), ``t.data``, ``requires_grad_`` and ``detach_``
+                                                  (:mod:`thunder_ext.tensor_attributes`, whose
+                                                  ``TensorProxy.__getattr__`` entry keeps
+                                                  :mod:`thunder_ext.interpreter_state`'s behind it);
                                                   when ``transformers`` is imported, its ``CompileableContextVar``
                                                   as a ``ContextVar`` (:mod:`thunder_ext.transformers_compat`,
                                                   :data:`OPTIONAL_LOOKASIDES`)
 ``distributed.utils.sort_waits``                 :func:`pipeline.sort_waits` (Thunder's wait schedule, kept
                                                   where the effect graph allows)
 ``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them; Thunder's in-place
-                                                  methods check the call binds first (:mod:`thunder_ext.overloads`)
+                                                  methods check the call binds first (:mod:`thunder_ext.overloads`);
+                                                  ``requires_grad_``, ``detach_`` (:mod:`thunder_ext.tensor_attributes`)
 ``langctx._property_name_to_fn_map[name]``        new entries: ``Tensor.is_sparse`` (:mod:`thunder_ext.optimizers`)
 ``jit_ext.sorted`` (a new module attribute that   :func:`dict_state.sorted_by_proxy_names`: the prologue orders
 shadows the builtin there)                        paths through tensor keys by the keys' names

@@ -24,10 +24,10 @@ function, as in eager.
   ``p.data.mul_(decay)``) writes ``t`` as a no-grad write does (:mod:`thunder_ext.functionalize` treats writes into a
   detached tensor so), and its reads have no history. (Assigning ``t.data = v`` is :mod:`thunder_ext.rebinding`'s.)
 
-* ``t.requires_grad_(flag)`` (``Optimizer.zero_grad(set_to_none=False)`` calls ``p.grad.requires_grad_(False)``)
-  changes nothing when ``flag`` is what eager's ``t.requires_grad`` already is
-  (:func:`thunder_ext.interpreter_state.requires_grad`): then it is ``t`` itself. Changing the flag inside a trace is
-  refused (:class:`RequiresGradChangeError`).
+* ``t.requires_grad_(flag)`` and ``t.detach_()`` (``Optimizer.zero_grad(set_to_none=False)`` calls one of them on
+  every gradient) change nothing when ``t.requires_grad`` is already what they would make it (eager's answer,
+  :func:`thunder_ext.interpreter_state.requires_grad`): then they are ``t`` itself. Changing a tensor's autograd
+  state in place inside a trace is refused (:class:`RequiresGradChangeError`).
 
 Cost: at trace time, one lookaside per read and one prologue check per tensor whose gradient was read; one walk of
 the inputs' paths when the prologue is built; at run time the checks.
@@ -51,11 +51,13 @@ from thunder.core.proxies import AnyProxy, Proxy, TensorProxy, variableify
 from ._thunder import CONSTRAINTS
 from . import interpreter_state
 
-__all__ = ["RequiresGradChangeError", "grad", "data", "requires_grad_", "unpack_inputs", "lookasides", "methods"]
+__all__ = ["RequiresGradChangeError", "grad", "data", "requires_grad_", "detach_", "unpack_inputs", "lookasides",
+           "methods"]
 
 
 class RequiresGradChangeError(NotImplementedError):
-    """``t.requires_grad_(flag)`` inside a jitted function with a ``flag`` other than ``t.requires_grad``."""
+    """An in-place change of a tensor's autograd state inside a jitted function: ``t.requires_grad_(flag)`` with a
+    ``flag`` other than ``t.requires_grad``, ``t.detach_()`` of a tensor that requires grad."""
 
 
 # --- t.grad -------------------------------------------------------------------------------------------------------
@@ -82,7 +84,8 @@ def _guard_grad(tensor: TensorProxy, grad_record: ProvenanceRecord, value: Tenso
 def grad(wrapped: WrappedValue) -> Any:
     """``t.grad`` in the trace (the ``TensorProxy.grad`` getter's lookaside): Thunder's answer — the proxy of the
     call's gradient, ``None`` for a tensor made in the trace — with the answer guarded in the prologue when ``t``
-    is a tensor of the call. A gradient Thunder did not proxy (a non-leaf's retained one) is proxied here."""
+    is a tensor of the call; the gradient's wrapper holds the call's gradient (its own ``is_leaf`` is answered from
+    it). A gradient Thunder did not proxy (a non-leaf's retained one) is proxied here."""
     t = unwrap(wrapped)
     value = _GRAD_GETTER(t)
     record = value.history if value is not None and value.history is not None else ProvenanceRecord(
@@ -90,10 +93,14 @@ def grad(wrapped: WrappedValue) -> Any:
     call_tensor = wrapped.original_value
     if not isinstance(call_tensor, torch.Tensor):
         return wrap(value, provenance=record)
-    if value is None and call_tensor.grad is not None:
-        return wrap(get_jit_ctx().proxify(wrap(call_tensor.grad, provenance=record)), provenance=record)
-    _guard_grad(t, record, value)
-    return wrap(value, provenance=record)
+    result = wrap(call_tensor.grad, provenance=record)  # the interpreter's wrapper of that tensor, if it has one
+    if call_tensor.grad is not None and result.original_value is result.nothing:
+        if value is None:
+            get_jit_ctx().proxify(result)
+        else:
+            result.register_proxy(value)
+    _guard_grad(t, record, unwrap(result))
+    return result
 
 
 # --- t.data and t.requires_grad_() --------------------------------------------------------------------------------
@@ -102,18 +109,28 @@ def data(t: TensorProxy) -> TensorProxy:
     return ltorch.detach(t)
 
 
-def requires_grad_(t: TensorProxy, requires_grad: bool = True) -> TensorProxy:
-    """``t.requires_grad_(flag)`` in the trace: ``t`` when the flag is already eager's.
+def _unchanged(t: TensorProxy, requires_grad: bool, call: str) -> TensorProxy:
+    """``t``, whose ``requires_grad`` an in-place ``call`` sets to ``requires_grad``: when it already is.
 
     Raises:
-        RequiresGradChangeError: the call would change the flag.
+        RequiresGradChangeError: the call would change it.
     """
-    if bool(requires_grad) == interpreter_state.requires_grad(t):
+    if requires_grad == interpreter_state.requires_grad(t):
         return t
     raise RequiresGradChangeError(
-        f"thunder_ext.jit: {t.name}.requires_grad_({requires_grad}) changes the tensor's requires_grad inside a "
-        "jitted function, which is not supported. Change it outside the jitted function, or use `detach()` for a "
-        "tensor without autograd history.")
+        f"thunder_ext.jit: {t.name}.{call} changes the tensor's requires_grad inside a jitted function, which is "
+        "not supported. Change it outside the jitted function, or use the out-of-place `detach()` (a tensor "
+        "without autograd history).")
+
+
+def requires_grad_(t: TensorProxy, requires_grad: bool = True) -> TensorProxy:
+    """``t.requires_grad_(flag)`` in the trace: ``t`` when the flag is already eager's (else a typed error)."""
+    return _unchanged(t, bool(requires_grad), f"requires_grad_({requires_grad})")
+
+
+def detach_(t: TensorProxy) -> TensorProxy:
+    """``t.detach_()`` in the trace: ``t`` when it has no autograd history to cut (else a typed error)."""
+    return _unchanged(t, False, "detach_()")
 
 
 def _attribute_lookaside(behind: Callable[..., Any]) -> Callable[..., Any]:
@@ -172,14 +189,14 @@ def unpack_inputs(original: Callable[..., Any], ctx: Any, prologue_trace: Any, p
 
 # --- tables -------------------------------------------------------------------------------------------------------
 def lookasides(current: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
-    """Interpreter lookasides (:mod:`thunder_ext._patches`): the ``TensorProxy.grad`` getter, ``requires_grad_``
+    """Interpreter lookasides (:mod:`thunder_ext._patches`): the ``TensorProxy.grad`` getter, :func:`methods`
     (run natively), and ``TensorProxy.__getattr__`` for ``data`` (``current``: the lookasides added so far, whose
     ``__getattr__`` entry answers the rest)."""
     getattr_fn = TensorProxy.__getattr__
-    return {_GRAD_GETTER: grad, requires_grad_: interpreter_needs_wrap(requires_grad_),
-            getattr_fn: _attribute_lookaside(current[getattr_fn])}
+    return {_GRAD_GETTER: grad, getattr_fn: _attribute_lookaside(current[getattr_fn]),
+            **{method: interpreter_needs_wrap(method) for method in methods().values()}}
 
 
 def methods() -> dict[str, Callable[..., Any]]:
     """``Tensor`` methods (name -> function) for the torch language context (:mod:`thunder_ext._patches`)."""
-    return {"requires_grad_": requires_grad_}
+    return {"requires_grad_": requires_grad_, "detach_": detach_}

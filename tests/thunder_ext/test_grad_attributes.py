@@ -218,11 +218,28 @@ def make_grad_require_grad(x):
     x.grad.requires_grad_(True)
 
 
-def test_requires_grad_change_is_a_typed_error():
+def detach_intermediate_in_place(x):
+    y = x * 2
+    y.detach_()
+    return y
+
+
+def detach_and_unflag_grad(x):
+    x.grad.detach_()
+    x.grad.requires_grad_(False)
+    return x.grad * 1
+
+
+def test_autograd_flags_changed_in_place():
+    """``requires_grad_``/``detach_`` that change nothing (a gradient without history, as ``zero_grad`` asks) are
+    the tensor itself; a change is a typed error naming the call."""
     x = torch.ones(3, requires_grad=True)
     x.grad = torch.ones(3)
-    with pytest.raises(RequiresGradChangeError, match="requires_grad_"):
+    torch.testing.assert_close(thunder_ext.jit(detach_and_unflag_grad)(x), torch.ones(3))
+    with pytest.raises(RequiresGradChangeError, match=r"requires_grad_\(True\)"):
         thunder_ext.jit(make_grad_require_grad)(x)
+    with pytest.raises(RequiresGradChangeError, match=r"detach_\(\)"):
+        thunder_ext.jit(detach_intermediate_in_place)(x)
 
 
 def clamp_data(x):
