@@ -16,8 +16,10 @@ function, as in eager.
      was fetched before that tensor when the tensor came later in the inputs (or was no input at all), and then as
      an anonymous intermediate: for a parameter Thunder's own assertion refused it ("Exception occured unpacking
      object from ... LOAD_ATTR(..., 'grad')": "Parameter was not tagged with STATIC_MEMORY_LOCATION").
-     :func:`unpack_inputs` (the ``jit_ext.unpack_inputs`` stand-in) fetches every tensor on such a path first, as
-     itself, so what is reached through it is fetched from it.
+     :func:`unpack_inputs` (the ``jit_ext.unpack_inputs`` stand-in) fetches every module parameter on such a path
+     first, as itself, so what is reached through it is fetched from it (other tensors Thunder fetches again as
+     intermediate values), and a parameter the epilogue writes into as a Python object (``m.weight.grad = g``) is
+     fetched as parameters are.
 
 * ``t.data`` is ``t``'s storage without autograd history: in eager, ``detach()`` — a view of all of ``t`` that
   autograd does not see through. Traced as ``detach``, an in-place write through it (``p.data.clamp_(...)``,
@@ -45,8 +47,8 @@ import thunder.torch as ltorch
 from thunder import clang
 from thunder.core.interpreter import (ProvenanceRecord, PseudoInst, WrappedValue, interpreter_needs_wrap, unwrap, wrap,
                                       wrap_const)
-from thunder.core.jit_ext import get_jit_ctx
-from thunder.core.proxies import AnyProxy, Proxy, TensorProxy, variableify
+from thunder.core.jit_ext import EXT_FLAG_IS_MODULE, get_jit_ctx
+from thunder.core.proxies import AnyProxy, Proxy, ProxyTag, TensorProxy, variableify
 
 from ._thunder import CONSTRAINTS
 from . import interpreter_state
@@ -147,6 +149,16 @@ def _attribute_lookaside(behind: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # --- the prologue's order -----------------------------------------------------------------------------------------
+def _fetched_as_parameter(record: ProvenanceRecord) -> bool:
+    """Whether Thunder's prologue builder fetches ``record`` with ``unpack_parameter`` (an entry of a module's
+    ``_parameters``), which it refuses to do for a value that is not itself an input."""
+    if record.inst is not PseudoInst.BINARY_SUBSCR:
+        return False
+    holder = record.inputs[0]
+    return (holder.inst is PseudoInst.LOAD_ATTR and holder.inputs[1].inst is PseudoInst.CONSTANT
+            and holder.inputs[1].value == "_parameters" and bool(holder.inputs[0].ext_flag & EXT_FLAG_IS_MODULE))
+
+
 def _tensors_on_paths(proxies: Iterable[Any], tensors: dict[int, TensorProxy]) -> list[TensorProxy]:
     """The tensors (``tensors``: by the id of their provenance record) on the paths of ``proxies``, not counting
     each proxy itself; a tensor after those on its own path."""
@@ -166,16 +178,30 @@ def _tensors_on_paths(proxies: Iterable[Any], tensors: dict[int, TensorProxy]) -
     return list(found.values())
 
 
+def _tag_parameter_objects(inputs: Iterable[Proxy], tensors: dict[int, TensorProxy]) -> None:
+    """An input that stands for a parameter as a Python object (the epilogue's ``p.grad = g`` writes into the
+    parameter: a plain proxy with the parameter's path) is fetched as Thunder fetches parameters, whose builder
+    insists on the parameter tag: it gets the tag of the parameter's tensor proxy."""
+    for proxy in inputs:
+        tensor = tensors.get(id(proxy.history)) if not isinstance(proxy, TensorProxy) else None
+        if tensor is not None and ProxyTag.STATIC_MEMORY_LOCATION in tensor.tags:
+            proxy.tags.add(ProxyTag.STATIC_MEMORY_LOCATION)
+
+
 def unpack_inputs(original: Callable[..., Any], ctx: Any, prologue_trace: Any, pro_to_comp_inps: Sequence[Any],
                   pro_to_epi_inps: Sequence[Any], args: Any, kwargs: Any) -> Any:
-    """``jit_ext.unpack_inputs`` (builds the prologue's fetching of the inputs), with every tensor on the path of
-    an input or of a prologue check fetched first (see the module docstring): they are handed to ``original`` as
-    extra epilogue inputs, which it fetches first, and taken out of its results again."""
+    """``jit_ext.unpack_inputs`` (builds the prologue's fetching of the inputs), with every module parameter on the
+    path of an input or of a prologue check fetched first (see the module docstring): they are handed to
+    ``original`` as extra epilogue inputs, which it fetches first, and taken out of its results again. Other tensors
+    on a path stay where Thunder puts them (it fetches them again as intermediate values, and a path may go through
+    objects it fetches later: an object the program assigned to is fetched as the epilogue's input)."""
     checked = [a for _, *operands in CONSTRAINTS.get(ctx) for a in operands if isinstance(a, Proxy)]
     tensors = {id(p.history): p for p in checked if isinstance(p, TensorProxy) and p.history is not None}
     inputs = [v.proxy for v in (*pro_to_comp_inps, *pro_to_epi_inps)]
+    _tag_parameter_objects(inputs, tensors)
     listed = {id(p) for p in (v.proxy for v in pro_to_epi_inps)}
-    first = [p for p in _tensors_on_paths([*inputs, *checked], tensors) if id(p) not in listed]
+    parameters = {key: p for key, p in tensors.items() if _fetched_as_parameter(p.history)}
+    first = [p for p in _tensors_on_paths([*inputs, *checked], parameters) if id(p) not in listed]
     if not first:
         return original(ctx, prologue_trace, pro_to_comp_inps, pro_to_epi_inps, args, kwargs)
     extra = {id(p) for p in first}

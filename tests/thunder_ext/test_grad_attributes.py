@@ -191,6 +191,37 @@ def test_grad_of_a_parameter_only_read():
         read_grad(m)
 
 
+def reassign_weight_grad(m):
+    m.weight.grad = m.weight.grad * 2
+
+
+def reassign_group_grads(opt):
+    for group in opt.param_groups:
+        for p in group["params"]:
+            p.grad = p.grad / 4
+
+
+@pytest.mark.parametrize("executor", ["default", "torch"])
+def test_grads_reassigned(executor):
+    """``p.grad = ...`` (a new tensor, not an in-place write) through a module attribute (the parameter is a Python
+    object the epilogue writes into, fetched as parameters are) and through an optimizer's groups, several calls."""
+    m, jm = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    jm.load_state_dict(m.state_dict())
+    opt, jopt = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(jm.parameters(), lr=0.1)
+    fns = [thunder_ext.jit(reassign_weight_grad, **EXECUTORS[executor]),
+           thunder_ext.jit(reassign_group_grads, **EXECUTORS[executor])]
+    for step in range(STEPS):
+        for model in (m, jm):
+            model.zero_grad()
+            model(_inputs(step)).pow(2).sum().backward()
+        reassign_weight_grad(m)
+        reassign_group_grads(opt)
+        fns[0](jm)
+        fns[1](jopt)
+        for p, q in zip(m.parameters(), jm.parameters(), strict=True):
+            torch.testing.assert_close(q.grad, p.grad)
+
+
 # --- .data under training, requires_grad_ ---------------------------------------------------------------------------
 def perturb_then_forward(m, x):
     for p in m.parameters():

@@ -29,6 +29,7 @@ EXPECTED_PRIVATE_NAMES = (
     "thunder.core.jit_ext._infer_name_postfix_from_provenance",
     "thunder.core.interpreter._interpret_call",
     "thunder.core.jit_ext.JitCtx._additional_outputs",
+    "thunder.core.jit_ext.JitCtx._constraints",
     "thunder.core.trace.TraceCtx._siginfo",
     "thunder.executors.passes._update_fusion_call_ctx",
     "thunder.core.symbol.Symbol._bind_postprocess",
