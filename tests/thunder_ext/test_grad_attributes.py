@@ -1,6 +1,7 @@
 """Tensor attributes that are Python state inside a jitted function (:mod:`thunder_ext.tensor_attributes`):
 ``p.grad`` (read, written in place, guarded: ``None`` or a tensor of the traced metadata), ``p.data`` (all of ``p``
-without autograd: writes through it write ``p``) and ``requires_grad_``. Each program runs several steps with
+without autograd: writes through it write ``p``), ``requires_grad_``/``detach_``, and ``torch.nn.utils``'s gradient
+clipping (its device/dtype grouping: :mod:`thunder_ext.optimizers`). Each program runs several steps with
 ``.backward()`` outside between the calls; parameters, gradients and optimizer state are compared with eager on an
 identical copy after every step."""
 
@@ -87,16 +88,30 @@ def step_then_decay_data(m, opt):
         p.data.mul_(0.99)
 
 
+def torch_clip_grad_norm_then_step(m, opt):
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 0.1)
+    opt.step()
+
+
+def torch_clip_grad_value_then_step(m, opt):
+    torch.nn.utils.clip_grad_value_(m.parameters(), 0.05)
+    opt.step()
+
+
 PROGRAMS: dict[str, Callable[..., None]] = {f.__name__: f for f in (
     scale_grads_then_step, step_then_zero_grad_in_place, step_then_clamp_data, clip_grad_norm_then_step,
-    decay_into_grad_then_step, freeze_bias_then_step, step_then_decay_data)}
+    decay_into_grad_then_step, freeze_bias_then_step, step_then_decay_data, torch_clip_grad_norm_then_step,
+    torch_clip_grad_value_then_step)}
 ISSUE = ("scale_grads_then_step", "step_then_zero_grad_in_place", "step_then_clamp_data")
-"""The three programs of the issue. Thunder interprets ``torch.optim`` slowly (~4 s per compilation on 2 cores), so by
-default they run on the default executors only; every other cell of the program x executor matrix is ``slow``."""
+"""The three programs of the issue."""
+
+DEFAULT_CELL = ("scale_grads_then_step", "default")
+"""Thunder interprets ``torch.optim`` slowly (~5 s per compilation on 2 cores): by default one cell of the program x
+executor matrix runs (the fast tests below cover each mechanism without an optimizer); the others are ``slow``."""
 
 
 def _cells(names) -> list:
-    return [pytest.param(name, executor, marks=() if name in ISSUE and executor == "default" else pytest.mark.slow)
+    return [pytest.param(name, executor, marks=() if (name, executor) == DEFAULT_CELL else pytest.mark.slow)
             for name in names for executor in EXECUTORS]
 
 
