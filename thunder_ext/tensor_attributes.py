@@ -85,24 +85,28 @@ def _guard_grad(tensor: TensorProxy, grad_record: ProvenanceRecord, value: Tenso
 
 def grad(wrapped: WrappedValue) -> Any:
     """``t.grad`` in the trace (the ``TensorProxy.grad`` getter's lookaside): Thunder's answer — the proxy of the
-    call's gradient, ``None`` for a tensor made in the trace — with the answer guarded in the prologue when ``t``
-    is a tensor of the call; the gradient's wrapper holds the call's gradient (its own ``is_leaf`` is answered from
-    it). A gradient Thunder did not proxy (a non-leaf's retained one) is proxied here."""
+    call's gradient, ``None`` for a tensor made in the trace — guarded in the prologue when ``t`` is a tensor of the
+    call (its proxy has a path: however the program reached it, a generator's ``__next__`` included). Where the
+    interpreter holds the call's tensor, the gradient's wrapper holds the call's gradient (its own ``is_leaf`` is
+    answered from it), and a gradient Thunder did not proxy (a non-leaf's retained one) is proxied here."""
     t = unwrap(wrapped)
     value = _GRAD_GETTER(t)
-    record = value.history if value is not None and value.history is not None else ProvenanceRecord(
-        PseudoInst.LOAD_ATTR, inputs=[wrapped.provenance, wrap_const("grad").provenance])
-    call_tensor = wrapped.original_value
-    if not isinstance(call_tensor, torch.Tensor):
-        return wrap(value, provenance=record)
-    result = wrap(call_tensor.grad, provenance=record)  # the interpreter's wrapper of that tensor, if it has one
-    if call_tensor.grad is not None and result.original_value is result.nothing:
+    if not isinstance(t.history, ProvenanceRecord):  # made in the trace
+        return wrap(value, provenance=_attribute_record(wrapped.provenance))
+    record = value.history if value is not None and value.history is not None else _attribute_record(t.history)
+    call_grad = wrapped.original_value.grad if isinstance(wrapped.original_value, torch.Tensor) else value
+    result = wrap(call_grad, provenance=record)  # the interpreter's wrapper of that tensor, if it has one
+    if isinstance(call_grad, torch.Tensor) and result.original_value is result.nothing:
         if value is None:
             get_jit_ctx().proxify(result)
         else:
             result.register_proxy(value)
     _guard_grad(t, record, unwrap(result))
     return result
+
+
+def _attribute_record(record: ProvenanceRecord) -> ProvenanceRecord:
+    return ProvenanceRecord(PseudoInst.LOAD_ATTR, inputs=[record, wrap_const("grad").provenance])
 
 
 # --- t.data and t.requires_grad_() --------------------------------------------------------------------------------
@@ -178,13 +182,13 @@ def _tensors_on_paths(proxies: Iterable[Any], tensors: dict[int, TensorProxy]) -
     return list(found.values())
 
 
-def _tag_parameter_objects(inputs: Iterable[Proxy], tensors: dict[int, TensorProxy]) -> None:
+def _tag_parameter_objects(inputs: Iterable[Proxy], parameters: dict[int, TensorProxy]) -> None:
     """An input that stands for a parameter as a Python object (the epilogue's ``p.grad = g`` writes into the
     parameter: a plain proxy with the parameter's path) is fetched as Thunder fetches parameters, whose builder
-    insists on the parameter tag: it gets the tag of the parameter's tensor proxy."""
+    insists on the parameter tag (``parameters``: the module parameters' proxies by the id of their path): it gets
+    the tag."""
     for proxy in inputs:
-        tensor = tensors.get(id(proxy.history)) if not isinstance(proxy, TensorProxy) else None
-        if tensor is not None and ProxyTag.STATIC_MEMORY_LOCATION in tensor.tags:
+        if not isinstance(proxy, TensorProxy) and id(proxy.history) in parameters:
             proxy.tags.add(ProxyTag.STATIC_MEMORY_LOCATION)
 
 
@@ -197,10 +201,10 @@ def unpack_inputs(original: Callable[..., Any], ctx: Any, prologue_trace: Any, p
     objects it fetches later: an object the program assigned to is fetched as the epilogue's input)."""
     checked = [a for _, *operands in CONSTRAINTS.get(ctx) for a in operands if isinstance(a, Proxy)]
     tensors = {id(p.history): p for p in checked if isinstance(p, TensorProxy) and p.history is not None}
-    inputs = [v.proxy for v in (*pro_to_comp_inps, *pro_to_epi_inps)]
-    _tag_parameter_objects(inputs, tensors)
-    listed = {id(p) for p in (v.proxy for v in pro_to_epi_inps)}
     parameters = {key: p for key, p in tensors.items() if _fetched_as_parameter(p.history)}
+    inputs = [v.proxy for v in (*pro_to_comp_inps, *pro_to_epi_inps)]
+    _tag_parameter_objects(inputs, parameters)
+    listed = {id(p) for p in (v.proxy for v in pro_to_epi_inps)}
     first = [p for p in _tensors_on_paths([*inputs, *checked], parameters) if id(p) not in listed]
     if not first:
         return original(ctx, prologue_trace, pro_to_comp_inps, pro_to_epi_inps, args, kwargs)

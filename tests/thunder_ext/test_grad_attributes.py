@@ -188,6 +188,23 @@ def test_grad_none_on_some_parameters_and_changing_between_calls(executor):
     assert thunder.cache_misses(fn.__wrapped__) == len(set(patterns))
 
 
+def scale_present_module_grads(m):
+    for p in m.parameters():  # reached through a generator: guarded by the parameter's own path
+        if p.grad is not None:
+            p.grad.mul_(0.5)
+
+
+def test_grad_none_through_module_parameters():
+    m = torch.nn.Linear(3, 2)
+    fn = thunder_ext.jit(scale_present_module_grads)
+    for bias_grad in (None, torch.ones(2), None, torch.ones(2)):
+        m.weight.grad, m.bias.grad = torch.ones(2, 3), bias_grad
+        fn(m)
+        torch.testing.assert_close(m.weight.grad, torch.full((2, 3), 0.5))
+        assert m.bias.grad is None if bias_grad is None else torch.equal(m.bias.grad, torch.full((2,), 0.5))
+    assert thunder.cache_misses(fn.__wrapped__) == 2
+
+
 def read_grad(m):
     return m.weight.grad * 2
 
