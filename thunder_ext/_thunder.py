@@ -36,6 +36,8 @@ name                                                  used by            for
                                                                          to Python objects (module attributes)
 ``JitCtx._constraints``                               tensor_attributes  the prologue checks of the tracing: the
                                                                          proxies of the call's tensors
+``InterpreterRuntimeCtx._proxied_values``             tensor_attributes  the interpreter's wrappers of the call's
+                                                                         proxied values (a generator's tensor)
 ``TraceCtx._siginfo``                                 functionalize      the epilogue's parameters (written:
                                                                          write-backs add parameters)
 ``Symbol._bind_postprocess``                          plugin             the callable an operator runs
@@ -91,8 +93,9 @@ from typing import Any
 __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS", "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "PROPERTY_TABLE",
            "LOOKASIDE_TABLE", "GRAD_TABLE", "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "ADDITIONAL_OUTPUTS",
-           "CONSTRAINTS", "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN",
-           "FLAT_OUTS", "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS",
+           "CONSTRAINTS", "PROXIED_VALUES", "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX",
+           "FORWARD_FN", "FLAT_OUTS", "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX",
+           "CHECK_IMPLS",
            "INPUT_ALIASES", "PLACED_ALIASES", "EPILOGUE_WRITES", "REBOUND", "DCE_FIXPOINT",
            "RESOLVED", "FUSED", "RUNNER", "GUARDED_DICTS", "DICT_WRITES", "RUNNER_CALL", "RUNNER_BUILD"]
 
@@ -187,6 +190,9 @@ ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs
                              "the interpreter's record of assignments to Python objects (module attributes)")
 CONSTRAINTS = Private("thunder.core.jit_ext.JitCtx", "_constraints", Kind.FIELD, ("tensor_attributes",),
                       "the prologue checks of the tracing in progress: the proxies of the call's tensors, by path")
+PROXIED_VALUES = Private("thunder.core.interpreter.InterpreterRuntimeCtx", "_proxied_values", Kind.FIELD,
+                         ("tensor_attributes",),
+                         "the interpreter's wrappers of proxied values: a tensor a generator yields gets its own back")
 SIGINFO = Private("thunder.core.trace.TraceCtx", "_siginfo", Kind.FIELD, ("functionalize",),
                   "a trace's signature; autograd write-backs add epilogue parameters")
 UPDATE_FUSION_CALL_CTX = Private("thunder.executors.passes", "_update_fusion_call_ctx", Kind.MODULE, ("_patches",),
@@ -220,8 +226,8 @@ CHECK_IMPLS = tuple(
 
 PRIVATE_NAMES: tuple[Private, ...] = (
     TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, PROPERTY_TABLE, LOOKASIDE_TABLE, GRAD_TABLE,
-    LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, ADDITIONAL_OUTPUTS, CONSTRAINTS, SIGINFO, UPDATE_FUSION_CALL_CTX,
-    BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS, *REGION_FIELDS,
+    LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, ADDITIONAL_OUTPUTS, CONSTRAINTS, PROXIED_VALUES, SIGINFO,
+    UPDATE_FUSION_CALL_CTX, BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS, *REGION_FIELDS,
     CACHE_INFO_CTX, COMPILE_DATA_CTX, *CHECK_IMPLS,
 )
 """Every private Thunder name thunder_ext reads or writes (see the module docstring)."""

@@ -21,6 +21,14 @@ function, as in eager.
      intermediate values), and a parameter the epilogue writes into as a Python object (``m.weight.grad = g``) is
      fetched as parameters are.
 
+* **a tensor handed out by a generator** (``for p in m.parameters()``) reached the program as a new wrapper of its
+  proxy, with the generator's ``__next__`` as its path and no tensor of the call behind it: what the program then
+  did to it *as a Python object* failed — ``p.grad = g`` ("Exception occured unpacking object from ...
+  OPAQUE(<slot wrapper '__next__' of 'generator' objects>)"), ``opt.state[p]`` ("unhashable type: 'TensorProxy'").
+  :func:`generator_next` (the lookaside of ``generator.__next__``) hands out the interpreter's own wrapper of that
+  proxy instead: the call's tensor, with the path the prologue fetches it by. Cost: one scan of the interpreter's
+  proxied values per tensor a generator yields, at trace time.
+
 * ``t.data`` is ``t``'s storage without autograd history: in eager, ``detach()`` — a view of all of ``t`` that
   autograd does not see through. Traced as ``detach``, an in-place write through it (``p.data.clamp_(...)``,
   ``p.data.mul_(decay)``) writes ``t`` as a no-grad write does (:mod:`thunder_ext.functionalize` treats writes into a
@@ -37,6 +45,7 @@ the inputs' paths when the prologue is built; at run time the checks.
 
 from __future__ import annotations
 
+import types
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -45,16 +54,16 @@ import torch
 
 import thunder.torch as ltorch
 from thunder import clang
-from thunder.core.interpreter import (ProvenanceRecord, PseudoInst, WrappedValue, interpreter_needs_wrap, unwrap, wrap,
-                                      wrap_const)
+from thunder.core.interpreter import (ProvenanceRecord, PseudoInst, WrappedValue, get_interpreterruntimectx,
+                                      interpreter_needs_wrap, unwrap, wrap, wrap_const)
 from thunder.core.jit_ext import EXT_FLAG_IS_MODULE, get_jit_ctx
 from thunder.core.proxies import AnyProxy, Proxy, ProxyTag, TensorProxy, variableify
 
-from ._thunder import CONSTRAINTS
+from ._thunder import CONSTRAINTS, PROXIED_VALUES
 from . import interpreter_state
 
-__all__ = ["RequiresGradChangeError", "grad", "data", "requires_grad_", "detach_", "unpack_inputs", "lookasides",
-           "methods"]
+__all__ = ["RequiresGradChangeError", "grad", "generator_next", "data", "requires_grad_", "detach_", "unpack_inputs",
+           "lookasides", "methods"]
 
 
 class RequiresGradChangeError(NotImplementedError):
@@ -107,6 +116,18 @@ def grad(wrapped: WrappedValue) -> Any:
 
 def _attribute_record(record: ProvenanceRecord) -> ProvenanceRecord:
     return ProvenanceRecord(PseudoInst.LOAD_ATTR, inputs=[record, wrap_const("grad").provenance])
+
+
+# --- tensors handed out by generators ------------------------------------------------------------------------------
+def generator_next(gen: Any) -> Any:
+    """``next(gen)`` in the trace (run natively, as the interpreter's generators are): a proxy of a tensor of the
+    call comes back as the interpreter's wrapper of it (see the module docstring), anything else as it is."""
+    value = next(gen)
+    if isinstance(value, TensorProxy):
+        wrapper = next((w for w in PROXIED_VALUES.get(get_interpreterruntimectx()) if w.value is value), None)
+        if wrapper is not None:
+            return wrapper
+    return value
 
 
 # --- t.data and t.requires_grad_() --------------------------------------------------------------------------------
@@ -219,11 +240,12 @@ def unpack_inputs(original: Callable[..., Any], ctx: Any, prologue_trace: Any, p
 
 # --- tables -------------------------------------------------------------------------------------------------------
 def lookasides(current: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
-    """Interpreter lookasides (:mod:`thunder_ext._patches`): the ``TensorProxy.grad`` getter, :func:`methods`
-    (run natively), and ``TensorProxy.__getattr__`` for ``data`` (``current``: the lookasides added so far, whose
-    ``__getattr__`` entry answers the rest)."""
+    """Interpreter lookasides (:mod:`thunder_ext._patches`): the ``TensorProxy.grad`` getter,
+    ``generator.__next__``, :func:`methods` (run natively), and ``TensorProxy.__getattr__`` for ``data``
+    (``current``: the lookasides added so far, whose ``__getattr__`` entry answers the rest)."""
     getattr_fn = TensorProxy.__getattr__
     return {_GRAD_GETTER: grad, getattr_fn: _attribute_lookaside(current[getattr_fn]),
+            types.GeneratorType.__next__: interpreter_needs_wrap(generator_next),
             **{method: interpreter_needs_wrap(method) for method in methods().values()}}
 
 

@@ -233,25 +233,49 @@ def reassign_group_grads(opt):
             p.grad = p.grad / 4
 
 
+def reassign_module_grads(m):
+    for p in m.parameters():  # tensors handed out by a generator, used as Python objects
+        p.grad = p.grad - 0.5
+
+
+def halve_momentum_buffers(m, opt):
+    for p in m.parameters():
+        opt.state[p]["momentum_buffer"].mul_(0.5)
+
+
 @pytest.mark.parametrize("executor", ["default", "torch"])
 def test_grads_reassigned(executor):
     """``p.grad = ...`` (a new tensor, not an in-place write) through a module attribute (the parameter is a Python
-    object the epilogue writes into, fetched as parameters are) and through an optimizer's groups, several calls."""
+    object the epilogue writes into, fetched as parameters are), through an optimizer's groups and through
+    ``m.parameters()`` (a generator), several calls."""
     m, jm = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
     jm.load_state_dict(m.state_dict())
     opt, jopt = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(jm.parameters(), lr=0.1)
-    fns = [thunder_ext.jit(reassign_weight_grad, **EXECUTORS[executor]),
-           thunder_ext.jit(reassign_group_grads, **EXECUTORS[executor])]
+    programs = [(reassign_weight_grad, m, jm), (reassign_group_grads, opt, jopt), (reassign_module_grads, m, jm)]
+    jitted = [thunder_ext.jit(program, **EXECUTORS[executor]) for program, _, _ in programs]
     for step in range(STEPS):
         for model in (m, jm):
             model.zero_grad()
             model(_inputs(step)).pow(2).sum().backward()
-        reassign_weight_grad(m)
-        reassign_group_grads(opt)
-        fns[0](jm)
-        fns[1](jopt)
+        for (program, arg, jarg), fn in zip(programs, jitted, strict=True):
+            program(arg)
+            fn(jarg)
         for p, q in zip(m.parameters(), jm.parameters(), strict=True):
             torch.testing.assert_close(q.grad, p.grad)
+
+
+def test_optimizer_state_keyed_by_a_parameter_from_a_generator():
+    """``opt.state[p]`` with ``p`` from ``m.parameters()``: the state of the call's parameter, written in place."""
+    m, jm = _model(), _model()
+    opt, jopt = _optimizer(m), _optimizer(jm)
+    for model, o in ((m, opt), (jm, jopt)):
+        model[0].weight.grad, model[0].bias.grad = torch.ones(2, 3), torch.ones(2)
+        o.step()  # creates the momentum buffers
+    fn = thunder_ext.jit(halve_momentum_buffers)
+    for _ in range(STEPS):
+        halve_momentum_buffers(m, opt)
+        fn(jm, jopt)
+        _assert_same((m, opt), (jm, jopt))
 
 
 # --- .data under training, requires_grad_ ---------------------------------------------------------------------------

@@ -30,6 +30,7 @@ EXPECTED_PRIVATE_NAMES = (
     "thunder.core.interpreter._interpret_call",
     "thunder.core.jit_ext.JitCtx._additional_outputs",
     "thunder.core.jit_ext.JitCtx._constraints",
+    "thunder.core.interpreter.InterpreterRuntimeCtx._proxied_values",
     "thunder.core.trace.TraceCtx._siginfo",
     "thunder.executors.passes._update_fusion_call_ctx",
     "thunder.core.symbol.Symbol._bind_postprocess",
