@@ -56,7 +56,8 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   (:mod:`thunder_ext.optimizers`), ``*_like(memory_format=)``,
                                                   calls of weak references, whose objects the prologue
                                                   fetches again (:mod:`thunder_ext.referents`), ``t.grad``
-                                                  (guarded), ``t.data``, ``requires_grad_`` and ``detach_``
+                                                  (guarded), ``t.data``, ``requires_grad_``, ``detach_`` and
+                                                  ``generator.__next__`` (a yielded tensor is the call's)
                                                   (:mod:`thunder_ext.tensor_attributes`, whose
                                                   ``TensorProxy.__getattr__`` entry keeps
                                                   :mod:`thunder_ext.interpreter_state`'s behind it);
