@@ -61,7 +61,12 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   calls of weak references, whose objects the prologue
                                                   fetches again (:mod:`thunder_ext.referents`),
                                                   ``Tensor.register_hook`` and the handle's ``remove``
-                                                  (:mod:`thunder_ext.tensor_hooks`);
+                                                  (:mod:`thunder_ext.tensor_hooks`), ``t.grad``
+                                                  (guarded), ``t.data``, ``requires_grad_``, ``detach_`` and
+                                                  ``generator.__next__`` (a yielded tensor is the call's)
+                                                  (:mod:`thunder_ext.tensor_attributes`, whose
+                                                  ``TensorProxy.__getattr__`` entry keeps
+                                                  :mod:`thunder_ext.interpreter_state`'s behind it);
                                                   when ``transformers`` is imported, its ``CompileableContextVar``
                                                   as a ``ContextVar`` (:mod:`thunder_ext.transformers_compat`,
                                                   :data:`OPTIONAL_LOOKASIDES`)
@@ -69,12 +74,15 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   where the effect graph allows)
 ``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them (``register_hook``
                                                   included); Thunder's in-place methods check the call binds first
-                                                  (:mod:`thunder_ext.overloads`)
+                                                  (:mod:`thunder_ext.overloads`); ``requires_grad_``, ``detach_``
+                                                  (:mod:`thunder_ext.tensor_attributes`)
 ``langctx._property_name_to_fn_map[name]``        new entries: ``Tensor.is_sparse`` (:mod:`thunder_ext.optimizers`)
 ``jit_ext.sorted`` (a new module attribute that   :func:`dict_state.sorted_by_proxy_names`: the prologue orders
 shadows the builtin there)                        paths through tensor keys by the keys' names
 ``jit_ext._infer_name_postfix_from_provenance``   :func:`dict_state.name_postfix` (a tensor-keyed subscript
                                                   spells its key's path: distinct names per parameter's state)
+``jit_ext.unpack_inputs``                         :func:`tensor_attributes.unpack_inputs` (a tensor on the path
+                                                  of an input, ``p`` of ``p.grad``, is fetched first, as itself)
 ``transforms._grad_fn_map[sym_id]``               gradient rules Thunder finds only on the torch executor
                                                   (:mod:`thunder_ext.grad_fixes`)
 ``transforms.backward_impls[sym_id]``             Thunder's backward rules fixed in place (``torch.index_put``:
@@ -130,8 +138,8 @@ from thunder.core.compile_data import get_compile_data
 
 from . import (_thunder_fast, arguments, batch_norm, cudagraph as effect_cudagraph, eager_checks, functionalize,
                interpreter_state, module_state, dict_state, object_state, opaque_torch, optimizers, overloads,
-               pipeline, profiler, rebinding, referents, seeding, split, state, state_epilogue, tensor_hooks,
-               transformers_compat)
+               pipeline, profiler, rebinding, referents, seeding, split, state, state_epilogue, tensor_attributes,
+               tensor_hooks, transformers_compat)
 from ._thunder import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
                        UPDATE_FUSION_CALL_CTX)
 from .grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
@@ -250,6 +258,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),
     "sorted": (sorted, dict_state.sorted_by_proxy_names),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
+    "unpack_inputs": (jit_ext.unpack_inputs, tensor_attributes.unpack_inputs),
 }
 """Thunder function (by name) -> (the original, its stand-in). Each stand-in takes the original first, then the
 original's parameters; :func:`guarded` makes the replacement."""
@@ -288,6 +297,7 @@ def _build_patches() -> tuple[Patch, ...]:
         patch(interpreter, "wrap"),
         Patch(jit_ext, "sorted", ABSENT, replacements["sorted"]),  # shadows the builtin in that module only
         patch(jit_ext, NAME_POSTFIX.name),
+        patch(jit_ext, "unpack_inputs"),
     ]
     lookaside_map = LOOKASIDE_TABLE.get()
     object_setattr = module_state.synced_setattr(interpreter_state.owned_setattr(lookaside_map[object.__setattr__]))
@@ -297,12 +307,14 @@ def _build_patches() -> tuple[Patch, ...]:
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
              | module_state.lookasides() | referents.lookasides() | object_state.lookasides()
              | tensor_hooks.lookasides())
+    added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
     # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
     # replacement
     table += [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), lookaside) for fn, lookaside in added.items()]
     method_table = METHOD_TABLE.get()
     table += [Patch(method_table, name, ABSENT, sym)
-              for name, sym in (opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods()).items()]
+              for name, sym in (opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods()
+                                | tensor_attributes.methods()).items()]
     table += [Patch(method_table, name, sym, checked) for name, (sym, checked) in overloads.methods().items()]
     property_table = PROPERTY_TABLE.get()
     table += [Patch(property_table, name, ABSENT, prop) for name, prop in optimizers.properties().items()]
@@ -367,6 +379,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "sort_waits": ("execution_trace",),
     "sorted": ("iterable", "key", "reverse"),
     "_infer_name_postfix_from_provenance": ("pr",),
+    "unpack_inputs": ("ctx", "prologue_trace", "pro_to_comp_inps", "pro_to_epi_inps", "args", "kwargs"),
     "add_transform": ("cfn", "transform", "disable_torch_autograd_support"),
 }
 """Parameter names of every patched Thunder function (lightning-thunder 0.2.6), pinned by the tests: the

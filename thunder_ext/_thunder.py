@@ -9,48 +9,52 @@ installed Thunder and checks that no other module reads a private Thunder name o
 
 :data:`PRIVATE_NAMES` — what is read (or written) although Thunder does not export it:
 
-====================================================  ===============  =====================================
-name                                                  used by          for
-====================================================  ===============  =====================================
-``thunder.torch._torch_to_thunder_function_map``      declarations,    which torch functions have a symbol
-                                                      opaque_torch     (and which symbol)
-``thunder.torch._syms_returning_views``,              declarations     the view symbols (effects: aliases)
+====================================================  =================  =====================================
+name                                                  used by            for
+====================================================  =================  =====================================
+``thunder.torch._torch_to_thunder_function_map``      declarations,      which torch functions have a symbol
+                                                      opaque_torch       (and which symbol)
+``thunder.torch._syms_returning_views``,              declarations       the view symbols (effects: aliases)
 ``_syms_that_may_return_views``
-``thunder.torch.langctx._method_name_to_fn_map``      opaque_torch,    the ``Tensor`` methods Thunder knows
-                                                      _patches         (new entries added by the patches)
-``thunder.torch.langctx._property_name_to_fn_map``    _patches         the ``Tensor`` properties Thunder knows
-                                                                       (new entries added by the patches)
-``thunder.core.jit_ext._general_jit_lookaside_map``   _patches         interpreter lookasides (new entries)
-``thunder.executors.passes._update_fusion_call_ctx``  _patches         patched (fusion call-context cache)
-``thunder.core.transforms._grad_fn_map``              _patches,        gradient rules (corrected entries,
-                                                      grad_fixes       :mod:`thunder_ext.grad_fixes`)
-``thunder.torch._copy_``                              opaque_torch,    ltorch's in-place write (``copy_`` with
-                                                      _patches         Thunder's dtype conversion); patched
-                                                                       (eager's result-type rule)
-``thunder.core.jit_ext._infer_name_postfix_from_pro…  _patches         patched: a tensor-keyed subscript spells
-                                                                       its key's path (dict_state)
-``thunder.core.interpreter._interpret_call``          batch_norm,      interprets a function from a lookaside
+``thunder.torch.langctx._method_name_to_fn_map``      opaque_torch,      the ``Tensor`` methods Thunder knows
+                                                      _patches           (new entries added by the patches)
+``thunder.torch.langctx._property_name_to_fn_map``    _patches           the ``Tensor`` properties Thunder knows
+                                                                         (new entries added by the patches)
+``thunder.core.jit_ext._general_jit_lookaside_map``   _patches           interpreter lookasides (new entries)
+``thunder.executors.passes._update_fusion_call_ctx``  _patches           patched (fusion call-context cache)
+``thunder.core.transforms._grad_fn_map``              _patches,          gradient rules (corrected entries,
+                                                      grad_fixes         :mod:`thunder_ext.grad_fixes`)
+``thunder.torch._copy_``                              opaque_torch,      ltorch's in-place write (``copy_`` with
+                                                      _patches           Thunder's dtype conversion); patched
+                                                                         (eager's result-type rule)
+``thunder.core.jit_ext._infer_name_postfix_from_pro…  _patches           patched: a tensor-keyed subscript spells
+                                                                         its key's path (dict_state)
+``thunder.core.interpreter._interpret_call``          batch_norm,        interprets a function from a lookaside
                                                       interpreter_state,
                                                       object_state,
-                                                      optimizers,      (a tensor hook: traced for the backward)
+                                                      optimizers,        (a tensor hook: traced for the backward)
                                                       tensor_hooks,
                                                       transformers_compat
-``InterpreterRuntimeCtx._known_wrappers``             object_state     the interpreter's wrapper of each object
-                                                                       by id (one object, one wrapper)
-``JitCtx._additional_outputs``                        module_state     the interpreter's record of assignments
-                                                                       to Python objects (module attributes)
-``TraceCtx._siginfo``                                 functionalize    the epilogue's parameters (written:
-                                                                       write-backs add parameters)
-``Symbol._bind_postprocess``                          plugin           the callable an operator runs
-``BoundSymbol._call_ctx``                             plugin, honesty  the same; ``CheckEffects`` replaces it
-``ThunderModule._forward_fn``                         jit              where a module call goes (wrapped)
-``BoundSymbol.flat_outs`` / ``flat_proxy_args``       _thunder_fast    Thunder's cached values, when computed
+``InterpreterRuntimeCtx._known_wrappers``             object_state       the interpreter's wrapper of each object
+                                                                         by id (one object, one wrapper)
+``JitCtx._additional_outputs``                        module_state       the interpreter's record of assignments
+                                                                         to Python objects (module attributes)
+``JitCtx._constraints``                               tensor_attributes  the prologue checks of the tracing: the
+                                                                         proxies of the call's tensors
+``InterpreterRuntimeCtx._proxied_values``             tensor_attributes  the interpreter's wrappers of the call's
+                                                                         proxied values (a generator's tensor)
+``TraceCtx._siginfo``                                 functionalize      the epilogue's parameters (written:
+                                                                         write-backs add parameters)
+``Symbol._bind_postprocess``                          plugin             the callable an operator runs
+``BoundSymbol._call_ctx``                             plugin, honesty    the same; ``CheckEffects`` replaces it
+``ThunderModule._forward_fn``                         jit                where a module call goes (wrapped)
+``BoundSymbol.flat_outs`` / ``flat_proxy_args``       _thunder_fast      Thunder's cached values, when computed
 (``functools.cached_property`` slots)
-``Region.bound_symbols`` / ``inputs`` / ``outputs``   _thunder_fast    set without Thunder's constructor
-``thunder._cache_info_ctx``                           fast_call        the cache info a prologue reads
-``thunder.core.compile_data._compile_data``           fast_call        the compile data a prologue runs under
-``thunder.executors.pythonex._check_*_impl`` (5)      fast_call        the prologue checks (run faster)
-====================================================  ===============  =====================================
+``Region.bound_symbols`` / ``inputs`` / ``outputs``   _thunder_fast      set without Thunder's constructor
+``thunder._cache_info_ctx``                           fast_call          the cache info a prologue reads
+``thunder.core.compile_data._compile_data``           fast_call          the compile data a prologue runs under
+``thunder.executors.pythonex._check_*_impl`` (5)      fast_call          the prologue checks (run faster)
+====================================================  =================  =====================================
 
 Three reads of closures stay where they are, each pinned by a test: the symbols a dispatch wrapper of the
 torch function map closes over (``declarations``), the executor a torch.compile fusion pass's ``merge_func``
@@ -102,9 +106,9 @@ from typing import Any
 __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES",
            "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS", "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "PROPERTY_TABLE",
            "LOOKASIDE_TABLE", "GRAD_TABLE", "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "KNOWN_WRAPPERS",
-           "ADDITIONAL_OUTPUTS",
-           "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
-           "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS",
+           "ADDITIONAL_OUTPUTS", "CONSTRAINTS", "PROXIED_VALUES", "SIGINFO", "UPDATE_FUSION_CALL_CTX",
+           "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS", "FLAT_PROXY_ARGS", "REGION_FIELDS",
+           "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS",
            "INPUT_ALIASES", "PLACED_ALIASES", "EPILOGUE_WRITES", "REBOUND", "HOOKS", "DCE_FIXPOINT",
            "RESOLVED", "FUSED", "RUNNER", "GUARDED_DICTS", "DICT_WRITES", "GUARDED_LISTS", "LIST_WRITES",
            "CREATED_FIELDS", "EPILOGUE_OBJECTS", "RUNNER_CALL", "RUNNER_BUILD"]
@@ -202,6 +206,11 @@ KNOWN_WRAPPERS = Private("thunder.core.interpreter.InterpreterRuntimeCtx", "_kno
                          "the interpreter's one wrapper per object (by id), whatever path reached it")
 ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs", Kind.FIELD, ("module_state",),
                              "the interpreter's record of assignments to Python objects (module attributes)")
+CONSTRAINTS = Private("thunder.core.jit_ext.JitCtx", "_constraints", Kind.FIELD, ("tensor_attributes",),
+                      "the prologue checks of the tracing in progress: the proxies of the call's tensors, by path")
+PROXIED_VALUES = Private("thunder.core.interpreter.InterpreterRuntimeCtx", "_proxied_values", Kind.FIELD,
+                         ("tensor_attributes",),
+                         "the interpreter's wrappers of proxied values: a tensor a generator yields gets its own back")
 SIGINFO = Private("thunder.core.trace.TraceCtx", "_siginfo", Kind.FIELD, ("functionalize",),
                   "a trace's signature; autograd write-backs add epilogue parameters")
 UPDATE_FUSION_CALL_CTX = Private("thunder.executors.passes", "_update_fusion_call_ctx", Kind.MODULE, ("_patches",),
@@ -235,8 +244,9 @@ CHECK_IMPLS = tuple(
 
 PRIVATE_NAMES: tuple[Private, ...] = (
     TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, PROPERTY_TABLE, LOOKASIDE_TABLE, GRAD_TABLE,
-    LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, KNOWN_WRAPPERS, ADDITIONAL_OUTPUTS, SIGINFO, UPDATE_FUSION_CALL_CTX,
-    BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS, *REGION_FIELDS,
+    LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, KNOWN_WRAPPERS, ADDITIONAL_OUTPUTS, CONSTRAINTS, PROXIED_VALUES,
+    SIGINFO, UPDATE_FUSION_CALL_CTX, BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS,
+    *REGION_FIELDS,
     CACHE_INFO_CTX, COMPILE_DATA_CTX, *CHECK_IMPLS,
 )
 """Every private Thunder name thunder_ext reads or writes (see the module docstring)."""

@@ -30,6 +30,8 @@ EXPECTED_PRIVATE_NAMES = (
     "thunder.core.interpreter._interpret_call",
     "thunder.core.interpreter.InterpreterRuntimeCtx._known_wrappers",
     "thunder.core.jit_ext.JitCtx._additional_outputs",
+    "thunder.core.jit_ext.JitCtx._constraints",
+    "thunder.core.interpreter.InterpreterRuntimeCtx._proxied_values",
     "thunder.core.trace.TraceCtx._siginfo",
     "thunder.executors.passes._update_fusion_call_ctx",
     "thunder.core.symbol.Symbol._bind_postprocess",
@@ -71,10 +73,12 @@ EXPECTED_STASHES = (
 )
 
 TORCH_PRIVATE = frozenset({"_C", "_ops", "_schema", "_qualified_op_name", "_jit_resolve_packet",
-                           "_len_torch_function_stack", "_GLOBAL_DEVICE_CONTEXT", "_InferenceMode"})
+                           "_len_torch_function_stack", "_GLOBAL_DEVICE_CONTEXT", "_InferenceMode",
+                           "_group_tensors_by_device_and_dtype"})
 """torch's operator API as ``torch.library`` itself uses it (schemas of overloads, overload resolution), and what
 ``torch.get_default_device`` reads (the function-mode stack depth, the global device context:
-``fast_call.default_device``), and the guard ``torch.inference_mode`` enters (``interpreter_state``'s lookaside)."""
+``fast_call.default_device``), the guard ``torch.inference_mode`` enters (``interpreter_state``'s lookaside), and
+the C grouping ``torch.nn.utils``' gradient clipping calls (``optimizers``' lookaside)."""
 
 PACKAGE = Path(thunder_ext.__file__).resolve().parent
 
