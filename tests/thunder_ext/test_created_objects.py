@@ -25,11 +25,7 @@ import thunder_ext  # noqa: E402
 from thunder.core.proxies import Proxy  # noqa: E402
 from thunder_ext.object_state import CreatedObjectError  # noqa: E402
 
-EXECUTORS = {
-    "torch": {"executors": ["torch"]},
-    "torchcompile-consecutive": {"executors": ["torchcompile"], "fusion_type": "consecutive"},
-    "torchcompile-dataflow": {"executors": ["torchcompile"], "fusion_type": "dataflow"},
-}
+from executor_configs import CONFIGS, PARAMS  # noqa: E402
 
 
 class Layer:
@@ -121,8 +117,9 @@ def _run(fn, cache_type, calls: int = 3):
 
 
 @pytest.mark.parametrize("cache_type", CACHES.values(), ids=CACHES.keys())
-@pytest.mark.parametrize("options", EXECUTORS.values(), ids=EXECUTORS.keys())
-def test_a_cache_filled_inside_the_call_matches_eager(cache_type, options):
+@pytest.mark.parametrize("config", PARAMS)
+def test_a_cache_filled_inside_the_call_matches_eager(cache_type, config):
+    options = CONFIGS[config]
     """First call: layers created and appended (length 0 pinned); later calls: the same layers updated (length 2
     pinned) — two compilations, then cache hits."""
     jitted = thunder_ext.jit(step, **options)
@@ -172,11 +169,11 @@ def clear_list(x: torch.Tensor, items: list) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("fn", [edit_list, clear_list])
-@pytest.mark.parametrize("options", EXECUTORS.values(), ids=EXECUTORS.keys())
-def test_list_methods_on_an_argument_match_eager(fn, options):
+@pytest.mark.parametrize("config", PARAMS)
+def test_list_methods_on_an_argument_match_eager(fn, config):
     """``insert``, ``pop``, ``append``, ``extend``, ``__setitem__``, ``remove``, ``__delitem__``, ``reverse``,
     ``clear``, ``+=``: the caller's list ends as eager's (the same length each call: one compilation)."""
-    jitted = thunder_ext.jit(fn, **options)
+    jitted = thunder_ext.jit(fn, **CONFIGS[config])
     for i in range(3):
         x = torch.arange(3.0) + i
         got_items, expected_items = [x * 5, x - 1], [x * 5, x - 1]
@@ -194,11 +191,11 @@ def make_layer(x: torch.Tensor) -> tuple[torch.Tensor, Layer]:
     return x + 1, layer
 
 
-@pytest.mark.parametrize("options", EXECUTORS.values(), ids=EXECUTORS.keys())
-def test_an_object_made_in_the_call_and_returned_is_rebuilt(options):
+@pytest.mark.parametrize("config", PARAMS)
+def test_an_object_made_in_the_call_and_returned_is_rebuilt(config):
     """Class and ``__new__``, then its fields as the call left them (a created list and dict inside, a reference
     to itself), with the run's tensors — a new object on every call, as in eager."""
-    jitted = thunder_ext.jit(make_layer, **options)
+    jitted = thunder_ext.jit(make_layer, **CONFIGS[config])
     seen = []
     for i in range(2):
         x = torch.arange(3.0) + i
@@ -241,8 +238,9 @@ class WithLoss(nn.Module):
         return nn.CrossEntropyLoss(label_smoothing=0.1)(hidden, labels)
 
 
-@pytest.mark.parametrize("options", [{}, *EXECUTORS.values()], ids=["default", *EXECUTORS.keys()])
-def test_a_module_built_in_forward_runs_with_eager_gradients(options):
+@pytest.mark.parametrize("config", PARAMS)
+def test_a_module_built_in_forward_runs_with_eager_gradients(config):
+    options = CONFIGS[config]
     """Stock Thunder fails (``get_parameter_or_buffer_or_submodule_name_and_root``: the new module's buffer
     write looked up in the root module); here it is the program's temporary."""
     torch.manual_seed(0)

@@ -53,6 +53,7 @@ def test_writes_through_one_path_are_read_through_another(fn: Callable[..., torc
     torch.testing.assert_close(got, expected)
 
 
+@pytest.mark.slow  # an optimizer step compiled per learning rate
 def test_scheduler_and_optimizer_reach_one_param_group() -> None:
     """``sched.step()`` writes the learning rate through ``sched.optimizer``; ``opt.step()`` reads it through
     ``opt``, in the same call (the order torch warns about, which users write)."""

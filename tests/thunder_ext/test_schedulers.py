@@ -184,6 +184,7 @@ def test_reduce_lr_on_plateau_stepped_outside(executor):
     assert jitted.opt.param_groups[0]["lr"] < 0.1
 
 
+@pytest.mark.slow  # three compilations of an optimizer step
 def test_a_changed_lr_recompiles_and_a_repeated_one_hits():
     """The lr is a Python float: baked into the trace and guarded. A changed lr compiles anew (correct, not
     free); going back to an lr seen before reuses that compilation."""
