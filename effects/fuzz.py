@@ -142,7 +142,7 @@ def _check_case(case: Case, data: st.DataObject, reg: Registry, k: int, parts: b
             oracle.check_program(reorder(fused, data.draw(schedules(fused_graph))), what="reordered fused")
     if deadcode:
         oracle.check_program(dce(case.program, reg), what="dead-code-eliminated")
-    in_place = len(check_round_trip(oracle).rewritten) if functional else 0
+    in_place = len(check_round_trip(oracle, registry=reg).rewritten) if functional else 0
     return k, int(parts), int(deadcode), int(functional), in_place
 
 

@@ -28,6 +28,7 @@ from hypothesis import settings as Settings
 from ..aten_rules import ATEN, ATEN_AUTOGRAD, AtenRules
 from ..functionalize import Functionalized, functionalize
 from ..program import Program
+from ..registry import Registry
 from ..reinplace import ReinplaceReport, ValueMeta, reinplace
 from .case import Case
 from .oracle import Oracle, _step, fresh_may_views
@@ -53,10 +54,13 @@ def value_metadata(case: Case, program: Program) -> dict[Hashable, ValueMeta]:
             for name, t in env.items() if isinstance(t, torch.Tensor)}
 
 
-def check_round_trip(oracle: Oracle, rules: AtenRules = ATEN, *, rtol: float = RTOL,
-                     atol: float = ATOL) -> ReinplaceReport:
+def check_round_trip(oracle: Oracle, rules: AtenRules = ATEN, *, rtol: float = RTOL, atol: float = ATOL,
+                     registry: Registry | None = None) -> ReinplaceReport:
     """Functionalize ``oracle.case``'s program, check it with its epilogue, reinplace it and check that too (within
-    ``rtol``/``atol``).
+    ``rtol``/``atol``). Effects come from ``registry`` (default: a fresh :class:`~effects.Registry`, schema
+    defaults only): never from the process-wide registry, whose contents depend on what else the process
+    declared (importing ``thunder_ext`` declares Thunder's symbols; an executor plugin its own), so the same
+    seed checks the same thing in any process.
 
     Raises:
         Mismatch: either program diverges from the original (printed as runnable Python).
@@ -64,9 +68,12 @@ def check_round_trip(oracle: Oracle, rules: AtenRules = ATEN, *, rtol: float = R
     """
     case, oracle = oracle.case, oracle.tolerant(rtol=rtol, atol=atol)
     views = case.inputs.input_views()
-    functional = functionalize(case.program, rules, input_views=views, fresh_outputs=fresh_may_views(case))
+    registry = Registry() if registry is None else registry
+    functional = functionalize(case.program, rules, input_views=views, fresh_outputs=fresh_may_views(case),
+                               registry=registry)
     oracle.check_program(functional.with_epilogue(aten.copy_.default), what="functionalized")
-    inplace, report = reinplace(functional, rules, value_metadata(case, functional.program), input_views=views)
+    inplace, report = reinplace(functional, rules, value_metadata(case, functional.program), input_views=views,
+                                registry=registry)
     oracle.check_program(inplace, what="reinplaced")
     return report
 
