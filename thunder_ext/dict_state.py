@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from effects import GLOBAL, make_effects
+from effects import GLOBAL, ObjectStateError, make_effects
 
 from thunder.core.interpreter import (PseudoInst, ProvenanceRecord, WrappedValue, default_lookaside, do_raise, wrap,
                                       wrap_binary_subscr, wrap_const)
@@ -222,7 +222,7 @@ def _setitem(original: Callable[..., Any]) -> Callable[..., Any]:
     return setitem
 
 
-class ProxyLeakError(NotImplementedError):
+class ProxyLeakError(ObjectStateError):
     """The traced function writes a traced value into a dict (or an object's attributes) that existed before the
     call but that the prologue cannot fetch again: the write would leave a Thunder proxy in the user's object."""
 

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from effects import GLOBAL, interpreter_owned, make_effects
+from effects import GLOBAL, ObjectStateError, interpreter_owned, make_effects
 
 from thunder.core import devices, dtypes, prims
 from thunder.core.interpreter import (PseudoInst, WrappedValue, default_lookaside, get_interpreterruntimectx,
@@ -66,7 +66,7 @@ __all__ = ["CreatedObjectError", "SET_CONTENTS", "NEW_OBJECT", "SET_FIELD", "loo
            "describe"]
 
 
-class CreatedObjectError(NotImplementedError):
+class CreatedObjectError(ObjectStateError):
     """An object the call created must outlive it (stored into an argument's state, or returned) and cannot be
     rebuilt after the call."""
 
