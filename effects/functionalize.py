@@ -23,11 +23,13 @@ The walk (one pass, in program order):
   Replays are lazy, so a view nobody reads again costs nothing.
 * An output that an op declares a view of an operand *it writes* (``add_`` returns ``self``) is that operand: it
   names the same value from then on.
-* **Writes without a functional form** — opaque ops, and declared writers the rules cannot express purely — run on
+* **Writes without a functional form** — opaque ops, declared writers the rules cannot express purely, and an op
+  that writes one storage through two operands (``_foreach_add_([x, x.t()], ...)``: its writes see each other) — run on
   private copies: every root they may write is cloned (:meth:`Rules.clone`), the op runs unchanged on the clones
   (and on views of them replayed from the clones), and the clones become the roots' new values — or, where the op
   writes a clone directly and hands it back as an output (``index_add_`` returns ``self``), that output: the same
-  tensor, read through a data dependency on the op (passes that order by dataflow alone keep the op first). Such
+  tensor, read through a data dependency on the op (passes that order by dataflow alone keep the op first). A view
+  whose replay copies (:meth:`Rules.replay_copies`: a synthetic base's gather) is scattered back after the op. Such
   an instruction still writes, but only storage created for it. An opaque op's outputs may alias anything it was
   given: writing one later, or writing storage it was given while one of its outputs is still read, has no value
   semantics to derive and raises :class:`~effects.errors.FunctionalizationError`.
@@ -131,6 +133,12 @@ class Rules:
             f"cannot write through the result of {inst}: no view-inverse (scatter) rule for this op. Add one to the "
             "rules, or clone the view before writing it."
         )
+
+    def replay_copies(self, index: int, inst: Instruction) -> bool:
+        """Whether replaying view ``inst`` gives a copy of the selected part rather than storage shared with the
+        parent (a synthetic base's gather: each member is a view *in value* only). An op run on private copies writes
+        such a view's copy, which the walk then scatters back into the parent's. Default ``False``."""
+        return False
 
     def commit(self, index: int, inst: Instruction, root: Value, before: Value, after: Value,
                name: Value) -> Sequence[Instruction] | None:
@@ -315,6 +323,18 @@ class _Walk:
             path.append(path[-1].parent)
         # the ancestors' values *before* this write, taken before anything changes
         befores = [self.current_of(v) for v in path[1:]]
+        values = self.scatter_up(path, befores, new, index)
+        committed = self.commit(index, top, befores[-1], values[-1])
+        version = top.version + 1
+        if committed != values[-1]:  # the root's value is the commit's: the views on the path are replayed from it
+            top.current, top.version = committed, version
+            return
+        for v, current in zip(path, values, strict=True):
+            v.current, v.version = current, version
+
+    def scatter_up(self, path: Sequence[_Node], befores: Sequence[Value], new: Value, index: int) -> list[Value]:
+        """The values of ``path`` (a view, then its ancestors up to the root) once the view holds ``new``, each
+        ancestor its value ``before`` with the child's part replaced (:meth:`Rules.scatter`)."""
         values = [new]
         for child, before in zip(path, befores, strict=False):
             view_index, output, _ = child.view
@@ -330,13 +350,7 @@ class _Walk:
             for inst in scattered:
                 self.emit(inst, "scatter", view_index)
             values.append(name)
-        committed = self.commit(index, top, befores[-1], values[-1])
-        version = top.version + 1
-        if committed != values[-1]:  # the root's value is the commit's: the views on the path are replayed from it
-            top.current, top.version = committed, version
-            return
-        for v, current in zip(path, values, strict=True):
-            v.current, v.version = current, version
+        return values
 
     def replace_root(self, top: _Node, before: Value, new: Value, index: int) -> None:
         """A root's storage now holds ``new`` (a private copy an op wrote): every view is stale."""
@@ -444,8 +458,11 @@ class _Walk:
             for e, v in enumerate(_values(inst.inputs[k])):
                 written.append(((k, e), v))
                 targets[(k, e)] = self.fresh(self.nodes[v].name)
+        trees = {id(self.nodes[v].top) for _, v in written}
         inputs = self.operand_tuple(inst)
-        form = None if plan.opaque else self.rules.functional(index, inst, inputs, targets)
+        # one storage written through two operands: its writes must see each other, so the op runs on real memory
+        form = None if plan.opaque or len(trees) < len(written) else self.rules.functional(index, inst, inputs,
+                                                                                            targets)
         if form is None:
             self.on_copies(index, inst, plan)
             return
@@ -511,9 +528,37 @@ class _Walk:
         )
         self.emit(self.rules.keep(index, inst, inputs), "run", index)
         handed = self.handed_back_copies(inst, plan, inputs, {copy: top for top, _, copy in roots.values()})
-        for top, before, copy in roots.values():
-            self.replace_root(top, before, handed.get(top.name, copy), index)
+        news = {name: handed.get(name, copy) for name, (_, _, copy) in roots.items()}
+        self.scatter_copied_views(index, inst, touched, on_copy, news)
+        for top, before, _ in roots.values():
+            self.replace_root(top, before, news[top.name], index)
         self.define_outputs(index, inst, plan)
+
+    def scatter_copied_views(self, index: int, inst: Instruction, touched: Iterable[int],
+                             on_copy: Callable[[_Node], Value], news: dict[Value, Value]) -> None:
+        """After an op ran on private copies: a touched operand whose view chain replays as a copy
+        (:meth:`Rules.replay_copies`) was written in that copy only, so scatter it back into its root's new value
+        (``news``, updated in place)."""
+        scattered: dict[Value, Value] = {}
+        for k in touched:
+            for v in _values(inst.inputs[k]):
+                node = self.nodes[v]
+                path = [node]
+                while path[-1].parent is not None:
+                    path.append(path[-1].parent)
+                if not any(self.rules.replay_copies(n.view[0], self.instruction(n.view[0])) for n in path[:-1]):
+                    continue
+                root = node.top.name
+                other = scattered.setdefault(root, node.name)
+                if other != node.name:
+                    raise FunctionalizationError(
+                        f"instruction {index} ({inst}) may write both {other!r} and {node.name!r}, which share "
+                        f"storage at run time, and has no functional form: the order in which it writes their common "
+                        f"memory is unknown.\n{format_window(self.program, index)}\nPass the tensor once, or clone "
+                        "one of them before the call."
+                    )
+                befores = [on_copy(n) for n in path[1:-1]] + [news[root]]
+                news[root] = self.scatter_up(path, befores, on_copy(node), index)[-1]
 
     def handed_back_copies(self, inst: Instruction, plan: _Plan, inputs: Sequence[Operand],
                            copies: Mapping[Value, _Node]) -> dict[Value, Value]:

@@ -369,6 +369,9 @@ class ThunderRules(Rules):
 
         return [Instruction(Call(scatter_chain, f"scatter<{bsym.sym.name}>"), (base, view), (name,))]
 
+    def replay_copies(self, index: int, inst: Instruction) -> bool:
+        return index < 0  # an argument gathered from its group's synthetic base
+
     def clone(self, value: Hashable, name: Hashable) -> Instruction:
         return Instruction(Call(ltorch.clone, "clone"), (value,), (name,))
 

@@ -163,6 +163,45 @@ def test_an_opaque_op_runs_on_private_copies_of_what_it_may_write() -> None:
     agrees_with_eager(c)
 
 
+class CopyingInputViews(type(ATEN)):
+    """ATen rules whose input views replay as copies (``t_copy``): views in value only, as a synthetic base's
+    gathers are."""
+
+    def replay_copies(self, index, inst):
+        return index < 0
+
+    def replay(self, index, inst, output, inputs, name):
+        replayed = super().replay(index, inst, output, inputs, name)
+        return Instruction(aten.t_copy.default, replayed.inputs, replayed.outputs) if index < 0 else replayed
+
+
+def test_an_op_on_private_copies_writing_a_copying_view_scatters_it_back() -> None:
+    c = case(Instruction(opaque_axpy_, ("c", "b")), I(aten.mul.Tensor, "a", "a", out="m"),
+             inputs={"a": (2, 3), "b": (3, 2), "c": ("a", Recipe.T)}, returns=("m",))
+    rules = CopyingInputViews()
+    f = functionalize(c.program, rules, input_views=c.inputs.input_views())
+    assert lines(f.program) == ["a_1 = aten::clone(a)", "b_2 = aten::clone(b)", "c_3 = aten::t_copy(a_1)",
+                                f"{opaque_axpy_}(c_3, b_2)", "a_4 = aten::t(c_3)", "m = aten::mul.Tensor(a_4, a_4)",
+                                "return (m)"]
+    Oracle(c).check_program(f.with_epilogue(aten.copy_.default), what="functionalized")
+
+
+@pytest.mark.parametrize("d,shape", [(Recipe.T, (3, 2)), (Recipe.ROW, (3,))])
+def test_one_op_writing_one_storage_through_two_operands_runs_on_a_copy(d, shape) -> None:
+    c = case(I(aten._foreach_add_.List, ("c", "d", "c"), ("b", "e", "b")),
+             inputs={"a": (2, 3), "b": (3, 2), "e": shape, "c": ("a", Recipe.T), "d": ("a", d)})
+    f = functionalize(c.program, ATEN, input_views=c.inputs.input_views())
+    assert [k for k, _ in f.origin if k in ("run", "functional")] == ["run"]
+    Oracle(c).check_program(f.with_epilogue(aten.copy_.default), what="functionalized")
+
+
+def test_an_op_on_private_copies_writing_two_copying_views_of_one_storage_raises() -> None:
+    c = case(I(aten._foreach_add_.List, ("c", "d"), ("b", "b")),
+             inputs={"a": (2, 3), "b": (3, 2), "c": ("a", Recipe.T), "d": ("a", Recipe.T)})
+    with pytest.raises(FunctionalizationError, match=r"(?s)may write both 'c' and 'd'.*clone one of them"):
+        functionalize(c.program, CopyingInputViews(), input_views=c.inputs.input_views())
+
+
 def mystery(x: torch.Tensor) -> torch.Tensor:
     """An op no registry knows (opaque): its result may alias its operand."""
     return x

@@ -128,6 +128,24 @@ def test_jitted_training_step_calls_step(foreach, jit_kwargs):
     assert thunder.cache_misses(jstep.__wrapped__) == 2  # the step that creates the state, then every later step
 
 
+def test_a_foreach_write_to_a_parameter_reached_twice_in_a_differentiated_step():
+    """The cause of the foreach cells of ``test_jitted_training_step_calls_step``: the model's parameter and the
+    optimizer's are one tensor (a synthetic base's members, each a gather of it); the output-less ``_foreach_mul_``
+    runs on private copies, so its write to the gathered copy must be scattered back into the base."""
+    def step(a, b, x):
+        loss = (a * x).sum()
+        with torch.no_grad():
+            torch._foreach_mul_([b], 2.0)
+        return loss
+
+    w = torch.nn.Parameter(torch.arange(4.0))
+    loss = thunder_ext.jit(step, executors=["torch"])(w, w, torch.ones(4))
+    loss.backward()
+    torch.testing.assert_close(w.detach(), torch.arange(4.0) * 2)
+    torch.testing.assert_close(loss.detach(), torch.tensor(6.0))
+    torch.testing.assert_close(w.grad, torch.ones(4))
+
+
 def test_zero_grad_inside_a_jitted_function_sets_grads_to_none():
     """Traced before eager ever called it (its dynamo-disable wrapper is skipped); first call and cache hit."""
     model = torch.nn.Linear(4, 3)
