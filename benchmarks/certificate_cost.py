@@ -5,7 +5,7 @@ The model is an MLP of ``L`` Linear layers, so one training step's backward all-
 per weight and bias: Thunder 0.2.6's ``ddp`` does not bucket on this path). Per size, on both ranks:
 
 * the certificate's own work per compilation, split into its parts: **listing** the collectives of the final
-  forward and backward traces (:func:`thunder_ext.certificate.collectives_of`, one pass over the bound symbols),
+  forward and backward traces (:func:`thunder_ext.passes.certificate.collectives_of`, one pass over the bound symbols),
   **hashing** the per-group lists, and the **exchange** (one all-gather of 32 bytes per process group). The
   exchange returns when the *slowest* rank has finished compiling, so on rank 0 it mostly measures how much later
   rank 1 got there (compile-time skew between the ranks, seconds on a loaded 2-core machine), not work: without the
@@ -47,7 +47,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from benchmarks.common import RESULTS_DIR, environment, markdown_table, write_results
-from thunder_ext import certificate
+from thunder_ext.passes import certificate
 
 
 def _model(layers: int) -> torch.nn.Module:

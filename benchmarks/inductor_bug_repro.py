@@ -48,7 +48,7 @@ whether the result shares the argument's storage). No Thunder involved.
    ``remove_no_ops`` does not), and after a reinplaced ``index_put_`` (case 2), ``y = x + torch.zeros_like(x);
    x.add_(1); return y`` returns ``x + 1``.
 
-``thunder_ext`` works around all six for Thunder's torch.compile executors (:mod:`thunder_ext.inductor_guard`).
+``thunder_ext`` works around all six for Thunder's torch.compile executors (:mod:`thunder_ext.passes.inductor_guard`).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ warnings.simplefilter("ignore")
 import torch
 import thunder_ext, thunder
 from thunder.core.update_aliases import insert_alias_updates
-from thunder_ext.functionalize import functionalize_for_grad
+from thunder_ext.passes.functionalize import functionalize_for_grad
 
 n, cap = int(sys.argv[1]), float(sys.argv[2])
 source = "def chain(x, w):\\n    y = x * w\\n" + "".join(

@@ -87,6 +87,6 @@ def test_thunder_ext_uses_only_the_effects_facade() -> None:
     allowed = {f"effects:{name}" for name in effects.__all__}
     allowed |= {f"effects.testing:{name}" for name in effects.testing.__all__}
     package = Path(effects.__file__).resolve().parent.parent / "thunder_ext"
-    stray = {f"{path.name}: {name}" for path in sorted(package.glob("*.py"))
+    stray = {f"{path.name}: {name}" for path in sorted(package.rglob("*.py"))
              for name in _names_taken_from_effects(path) if name not in allowed}
     assert not stray, f"thunder_ext reaches past the effects façade (export the name or use a public one): {stray}"

@@ -1,53 +1,54 @@
 """Thunder integration of thunder-effects (needs the ``thunder`` extra: ``lightning-thunder``).
 
-Importing this package first applies :mod:`thunder_ext._compat` so that ``thunder`` imports on torch builds without
+Importing this package first applies :mod:`thunder_ext.host.compat` so that ``thunder`` imports on torch builds without
 named tensors, then imports thunder, then declares the effects of Thunder's symbols in
-:func:`effects.default_registry` (:mod:`thunder_ext.declarations`, source ``"thunder_ext"``). Importing
-:mod:`thunder_ext.opaque_torch` and :mod:`thunder_ext.reinplace` (through :mod:`thunder_ext.jit`) declares their
+:func:`effects.default_registry` (:mod:`thunder_ext.declare.declarations`, source ``"thunder_ext"``). Importing
+:mod:`thunder_ext.declare.opaque_torch` and :mod:`thunder_ext.passes.inplace_kernels` (through :mod:`thunder_ext.jit`)
+declares their
 operators there too.
 
 * Users: :func:`jit` (``thunder.jit`` with the effect-aware pipeline), :func:`install` / :func:`uninstall` /
   :func:`enabled` (make plain ``thunder.jit`` use it), :class:`EffectVerification` / :func:`verify_jitted`,
   :class:`Reinplace`, :func:`coverage` (how Thunder's symbols got their effects), :class:`CollectiveOrderError`
-  (ranks whose compiled collectives differ, :mod:`thunder_ext.certificate`), :func:`cuda_graph_report` (what the
-  CUDA graph transform graphed, copied and split, :mod:`thunder_ext.cudagraph`).
+  (ranks whose compiled collectives differ, :mod:`thunder_ext.passes.certificate`), :func:`cuda_graph_report` (what the
+  CUDA graph transform graphed, copied and split, :mod:`thunder_ext.passes.cudagraph`).
 * Executor authors: :class:`OperatorExecutor`, :func:`register_operator`, :func:`register_implementation`,
-  :func:`declare_effects` (:mod:`thunder_ext.plugin`), :func:`check_executor`, :class:`CheckEffects`
-  (:mod:`thunder_ext.honesty`).
+  :func:`declare_effects` (:mod:`thunder_ext.declare.plugin`), :func:`check_executor`, :class:`CheckEffects`
+  (:mod:`thunder_ext.declare.honesty`).
 
 The module map, with what each module owns and may import, is ``docs/architecture.md``.
 """
 
 from __future__ import annotations
 
-from . import _compat
+from .host import compat
 
-_compat.apply()
+compat.apply()
 
 import thunder  # noqa: E402  (must come after the shim)
 
 import effects  # noqa: E402
 
-from . import declarations  # noqa: E402
+from .declare import declarations  # noqa: E402
 
 _REGISTRATIONS = declarations.register(effects.default_registry())
 
-from . import functionalize  # noqa: E402,F401  (declares its write-back operator at import)
-from .certificate import CollectiveOrderError  # noqa: E402
-from .cudagraph import CudaGraphFallback, CudaGraphReport, RegionReport, cuda_graph_report  # noqa: E402
-from .declarations import coverage  # noqa: E402
-from .honesty import CheckEffects, check_executor  # noqa: E402
+from .passes import functionalize  # noqa: E402,F401  (declares its write-back operator at import)
+from .passes.certificate import CollectiveOrderError  # noqa: E402
+from .passes.cudagraph import CudaGraphFallback, CudaGraphReport, RegionReport, cuda_graph_report  # noqa: E402
+from .declare.declarations import coverage  # noqa: E402
+from .declare.honesty import CheckEffects, check_executor  # noqa: E402
 from .jit import enabled, install, jit, uninstall  # noqa: E402
-from .keys import impl_key, key_of  # noqa: E402
-from .plugin import (  # noqa: E402
+from .declare.keys import impl_key, key_of  # noqa: E402
+from .declare.plugin import (  # noqa: E402
     DroppedEffectError,
     OperatorExecutor,
     declare_effects,
     register_implementation,
     register_operator,
 )
-from .reinplace import Reinplace  # noqa: E402
-from .verify import EffectVerification, verify_jitted  # noqa: E402
+from .passes.inplace_kernels import Reinplace  # noqa: E402
+from .passes.trace_verification import EffectVerification, verify_jitted  # noqa: E402
 
 __all__ = [
     "thunder",

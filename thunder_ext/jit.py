@@ -1,7 +1,8 @@
 """Entry points: :func:`jit`, and :func:`install` / :func:`uninstall` / :func:`enabled`.
 
-``thunder_ext.jit(fn, **kwargs)`` is ``thunder.jit`` with the effect pipeline (:mod:`thunder_ext.pipeline`) turned on
-for that function through a compile option (:data:`thunder_ext.state.OPTION`), so other ``thunder.jit`` functions
+``thunder_ext.jit(fn, **kwargs)`` is ``thunder.jit`` with the effect pipeline (:mod:`thunder_ext.passes.pipeline`)
+turned on
+for that function through a compile option (:data:`thunder_ext.host.state.OPTION`), so other ``thunder.jit`` functions
 in the process are unaffected. It accepts every ``thunder.jit`` keyword. ``skip_inplace_alias_updates`` keeps its
 meaning — thread Thunder's ``update_aliases`` or not — but defaults to ``True``: the dependency graph orders
 in-place ops, no SSA threading is needed. Internally Thunder's own option is always left off so that Thunder keeps the
@@ -9,24 +10,26 @@ run-time aliasing of the arguments in its cache key (``f(x, y)`` and ``f(x, x.t(
 it to the pipeline, which records it as the program's input aliases instead of rewriting aliased arguments as
 reshapes.
 
-A cache hit runs :func:`thunder_ext.fast_call.hit_path`: Thunder's own generated prologues as the guards (shapes,
+A cache hit runs :func:`thunder_ext.host.cache_hit.hit_path`: Thunder's own generated prologues as the guards (shapes,
 dtypes, devices, ``requires_grad``, constants, the run-time aliasing of the arguments...), then the computation and
 epilogue, in one frame instead of Thunder's eight layers; anything else (no prologue passes, autocast, DDP/FSDP,
 a call while Thunder traces) takes Thunder's path, which compiles.
 
-The Thunder patches (:mod:`thunder_ext._patches`) are held only while a ``thunder_ext.jit`` function compiles
+The Thunder patches (:mod:`thunder_ext.host.patches`) are held only while a ``thunder_ext.jit`` function compiles
 (Thunder's cache missed; a cache hit touches none of them), or between
 :func:`install` and :func:`uninstall`, which make *every* ``thunder.jit`` use the pipeline. What
 ``add_transform`` makes of a ``thunder_ext.jit`` function (``thunder.distributed.ddp``/``fsdp`` re-jit it with
-the same compile options) is wrapped the same way (:data:`thunder_ext._patches.ADD_TRANSFORM_HOOK`); before, the
+the same compile options) is wrapped the same way (:data:`thunder_ext.host.patches.ADD_TRANSFORM_HOOK`); before, the
 holds its compilations took were never released.
 
-``reinplace=True`` (the default) adds :class:`thunder_ext.reinplace.Reinplace`, which runs ``op`` + ``copy_`` pairs
+``reinplace=True`` (the default) adds :class:`thunder_ext.passes.inplace_kernels.Reinplace`, which runs ``op`` +
+``copy_`` pairs
 left to the torch executor as one in-place kernel where the effect graph shows nobody can observe the difference
 (fusion executors already do this inside their regions; the transform leaves their regions alone).
 
 ``verify=True`` checks, after each compilation, every computation trace against the dependency graph of the first
-(:func:`thunder_ext.verify.verify_jitted`), and adds :class:`~thunder_ext.verify.EffectVerification` to the
+(:func:`thunder_ext.passes.trace_verification.verify_jitted`), and adds
+:class:`~thunder_ext.passes.trace_verification.EffectVerification` to the
 transforms, which checks the trace after all optimizations against the trace Thunder starts from.
 """
 
@@ -40,12 +43,13 @@ import thunder
 import thunder.extend as extend
 from thunder.core.module import ThunderModule
 
-from . import _patches, opaque_torch, state
-from ._thunder import FORWARD_FN
-from .certificate import CollectiveCertificate
-from .fast_call import hit_path
-from .reinplace import Reinplace
-from .verify import EffectVerification, verify_jitted
+from .host import patches, state
+from .declare import opaque_torch
+from .host.names import FORWARD_FN
+from .passes.certificate import CollectiveCertificate
+from .host.cache_hit import hit_path
+from .passes.inplace_kernels import Reinplace
+from .passes.trace_verification import EffectVerification, verify_jitted
 
 __all__ = ["jit", "install", "uninstall", "enabled"]
 
@@ -56,7 +60,7 @@ def install() -> None:
     """Make plain ``thunder.jit`` use the effect pipeline (no ``update_aliases`` threading). Idempotent."""
     global _installed
     if not _installed:
-        _patches.apply()
+        patches.apply()
         extend.add_default_executor(opaque_torch.executor)
         state.set_global(True)
         _installed = True
@@ -68,7 +72,7 @@ def uninstall() -> None:
     if _installed:
         state.set_global(False)
         extend.remove_default_executor(opaque_torch.executor)
-        _patches.restore()
+        patches.restore()
         _installed = False
 
 
@@ -78,7 +82,7 @@ def enabled() -> bool:
 
 
 def _held(call: Callable[..., Any], jfn: Any, verify: bool) -> Callable[..., Any]:
-    enter, leave = _patches.enter_call, _patches.exit_call
+    enter, leave = patches.enter_call, patches.exit_call
 
     @functools.wraps(call)
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -106,7 +110,7 @@ def _rewrap(jfn: Any) -> Any:
 
 def _hold_calls(jfn: Any, verify: bool) -> Any:
     """``jfn`` with the patch holds its compilations take released after each call (:func:`_held`), cache hits
-    taking :func:`thunder_ext.fast_call.hit_path`."""
+    taking :func:`thunder_ext.host.cache_hit.hit_path`."""
     if isinstance(jfn, ThunderModule):
         FORWARD_FN.set(jfn, hit_path(jfn, _held(FORWARD_FN.get(jfn), jfn, verify)))
         return jfn
@@ -122,7 +126,7 @@ def jit(
     ``skip_inplace_alias_updates`` (default ``True``) controls ``update_aliases`` threading; ``reinplace`` runs
     torch-executor ``op`` + ``copy_`` pairs in place where safe; ``verify`` turns on trace verification;
     ``certify_collectives`` compares every compilation's collective order across ranks
-    (:mod:`thunder_ext.certificate`). Every other keyword goes to ``thunder.jit`` unchanged.
+    (:mod:`thunder_ext.passes.certificate`). Every other keyword goes to ``thunder.jit`` unchanged.
     """
     skip_alias_updates = kwargs.pop("skip_inplace_alias_updates", True)
     transforms = list(kwargs.pop("transforms", None) or [])
@@ -135,5 +139,5 @@ def jit(
     kwargs["executors"] = opaque_torch.executors_with(kwargs.get("executors"))
     kwargs[state.OPTION] = True
     kwargs[state.OPTION_ALIAS_UPDATES] = not skip_alias_updates
-    _patches.hook_compilations(_rewrap)
+    patches.hook_compilations(_rewrap)
     return _hold_calls(thunder.jit(fn, transforms=transforms, skip_inplace_alias_updates=False, **kwargs), verify)

@@ -89,7 +89,7 @@ def test_dropping_a_collective_is_a_mismatch() -> None:
 
 @pytest.fixture
 def waits() -> Registry:
-    """An in-place asynchronous collective and its wait, as ``thunder_ext.collectives`` declares them."""
+    """An in-place asynchronous collective and its wait, as ``thunder_ext.declare.collectives`` declares them."""
     registry = Registry()
     registry.declare("issue", make_effects(read_writes=[0], aliases=[(0, 0)], resources=[comm("g")]), source="t")
     registry.declare("wait", make_effects(read_writes=[0], aliases=[(0, 0)]), source="t")

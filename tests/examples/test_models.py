@@ -76,7 +76,7 @@ def test_thunder_ext_jit_matches_eager_cuda(name: str) -> None:
 @pytest.mark.parametrize("name", list(MODELS))
 def test_torch_executor_with_reinplace_matches_eager_cuda(name: str) -> None:
     thunder_ext = pytest.importorskip("thunder_ext")
-    from thunder_ext.reinplace import Reinplace
+    from thunder_ext.passes.inplace_kernels import Reinplace
 
     result = check(MODELS[name], lambda fn: thunder_ext.jit(fn, executors=[], transforms=[Reinplace()]),
                    size="small", device="cuda")

@@ -245,7 +245,7 @@ def collective_paths(rank: int, world_size: int, name: str) -> list[tuple[str, s
     """Job: for each pair of collectives in the final trace of ``name`` (torch executor), their labels and whether
     the effect graph orders one before the other (a path of edges between them)."""
     from effects import DependencyGraph
-    from thunder_ext.adapter import adapt
+    from thunder_ext.declare.adapter import adapt
 
     make_groups()
     program = PROGRAMS.get(name) or ORDERING_ONLY[name]

@@ -11,7 +11,7 @@ import torch  # noqa: E402
 import thunder_ext  # noqa: E402, F401 - before thunder (the import shim)
 import thunder  # noqa: E402
 from effects import Access, DependencyGraph, operand_values, region_effects  # noqa: E402
-from thunder_ext import adapter, binding, resolve  # noqa: E402
+from thunder_ext.declare import adapter, binding, resolve  # noqa: E402
 
 
 def first_and_last(fn, *args, **jit_kwargs):

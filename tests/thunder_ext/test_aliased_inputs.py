@@ -1,6 +1,6 @@
 """thunder_ext.jit with the torch.compile executor on aliased arguments (``f(a, a.t())``): a region that receives two
 inputs sharing storage, writes that storage and returns a view of one of them crashes ``torch.compile``
-(benchmarks/inductor_bug_repro.py, case 4); :mod:`thunder_ext.inductor_guard` splits it, and only it.
+(benchmarks/inductor_bug_repro.py, case 4); :mod:`thunder_ext.passes.inductor_guard` splits it, and only it.
 
 The ``fuzz_*`` programs are the fuzzer's (benchmarks/fuzz_thunder.py, seed 0) mismatches; every check compares
 returned values and every argument after the call with eager on identical fresh inputs, under both fusion types.

@@ -20,9 +20,9 @@ from thunder.core.proxies import TensorProxy  # noqa: E402
 
 import effects  # noqa: E402
 from effects import IO, InvalidArgumentError, InvalidDeclaration  # noqa: E402
-from thunder_ext import honesty, plugin  # noqa: E402
-from thunder_ext.honesty import CheckEffects, check_executor  # noqa: E402
-from thunder_ext.plugin import OperatorExecutor, declare_effects, register_implementation, register_operator  # noqa: E402
+from thunder_ext.declare import honesty, plugin  # noqa: E402
+from thunder_ext.declare.honesty import CheckEffects, check_executor  # noqa: E402
+from thunder_ext.declare.plugin import OperatorExecutor, declare_effects, register_implementation, register_operator  # noqa: E402
 
 _names = (f"api_input_test_{i}" for i in itertools.count())
 

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 
 import thunder_ext  # noqa: E402
 import thunder  # noqa: E402
-from thunder_ext import _patches  # noqa: E402
+from thunder_ext.host import patches as _patches  # noqa: E402
 
 jit_mod = importlib.import_module("thunder_ext.jit")  # `thunder_ext.jit` the attribute is the function
 
@@ -109,8 +109,8 @@ def test_verify_runs_after_each_compilation_only(monkeypatch: pytest.MonkeyPatch
     assert len(verified) == 2
 
 
-# --- the cache-hit path (thunder_ext.fast_call) -----------------------------------------------------------------
-from thunder_ext import fast_call  # noqa: E402
+# --- the cache-hit path (thunder_ext.host.cache_hit) -----------------------------------------------------------------
+from thunder_ext.host import cache_hit as fast_call  # noqa: E402
 
 
 def _counting_hit_path(fn, **kwargs):

@@ -1,5 +1,6 @@
-"""The effects of Thunder's collectives (:mod:`thunder_ext.collectives`) and the collective-order certificate's
-lists and diff (:mod:`thunder_ext.certificate`), in one process: a single-rank gloo group makes Thunder trace real
+"""The effects of Thunder's collectives (:mod:`thunder_ext.declare.collectives`) and the collective-order certificate's
+lists and diff (:mod:`thunder_ext.passes.certificate`), in one process: a single-rank gloo group makes Thunder trace
+real
 collectives; the exchange with other ranks is faked. The 2-rank behaviour is ``test_distributed.py``."""
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from thunder.executors import torchex  # noqa: E402
 import effects  # noqa: E402
 import thunder_ext  # noqa: E402
 from effects import Const, DependencyGraph  # noqa: E402
-from thunder_ext import collectives  # noqa: E402
-from thunder_ext.adapter import adapt  # noqa: E402
-from thunder_ext.certificate import Collective, CollectiveCertificate, Exchange, certify, collectives_of  # noqa: E402
-from thunder_ext.keys import impl_key  # noqa: E402
-from thunder_ext.resolve import bsym_effects as effects_of  # noqa: E402
+from thunder_ext.declare import collectives  # noqa: E402
+from thunder_ext.declare.adapter import adapt  # noqa: E402
+from thunder_ext.passes.certificate import Collective, CollectiveCertificate, Exchange, certify, collectives_of  # noqa: E402
+from thunder_ext.declare.keys import impl_key  # noqa: E402
+from thunder_ext.declare.resolve import bsym_effects as effects_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -225,6 +226,6 @@ def test_training_compilations_are_certified_once_forward_and_backward_together(
 
     jitted = ddp(thunder_ext.jit(model, executors=["torch"], certify_collectives=False, transforms=[certificate]))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("thunder_ext.certificate.collectives_of", spy)
+        patch.setattr("thunder_ext.passes.certificate.collectives_of", spy)
         jitted(torch.randn(4, 3)).sum().backward()
     assert len(seen) == 1 and len(seen[0]) == 2  # one certification: the backward's two gradient all-reduces

@@ -1,4 +1,4 @@
-"""The Thunder import shim (:mod:`thunder_ext._compat`) must be both still needed and still enough, and the import
+"""The Thunder import shim (:mod:`thunder_ext.host.compat`) must be both still needed and still enough, and the import
 hook (``_thunder_effects_shim.py``, run at start-up by the installed ``thunder_effects.pth``) must make
 ``import thunder`` work first.
 
@@ -20,7 +20,7 @@ import torch
 if importlib.util.find_spec("thunder") is None:
     pytest.skip("thunder is not installed (the `thunder` extra)", allow_module_level=True)
 
-from thunder_ext import _compat  # noqa: E402  (after the skip: thunder_ext imports thunder)
+from thunder_ext.host import compat as _compat  # noqa: E402  (after the skip: thunder_ext imports thunder)
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,13 +38,13 @@ def test_shim_is_still_needed() -> None:
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip(), (
         f"torch {torch.__version__} has every named-tensor method natively: remove the shim "
-        "(thunder_ext/_compat.py and its apply() call in thunder_ext/__init__.py)."
+        "(thunder_ext/host/compat.py and its apply() call in thunder_ext/__init__.py)."
     )
 
 
 def test_thunder_fails_to_import_without_the_shim() -> None:
     bare = _run("import thunder", THUNDER_EFFECTS_NO_IMPORT_HOOK="1")
-    assert bare.returncode != 0, "thunder imports without the shim: remove thunder_ext/_compat.py"
+    assert bare.returncode != 0, "thunder imports without the shim: remove thunder_ext/host/compat.py"
     assert "AttributeError" in bare.stderr and "Tensor" in bare.stderr, bare.stderr[-2000:]
 
 
@@ -57,12 +57,13 @@ def test_the_import_hook_alone_lets_thunder_import_first() -> None:
         "import thunder\n"
         "assert 'thunder_ext' not in sys.modules and hook.ShimFinder not in sys.meta_path\n"
         "import thunder_ext\n"
-        "assert thunder_ext._compat is sys.modules['thunder_ext._compat'] and thunder_ext._compat.installed()\n"
+        "from thunder_ext.host import compat\n"
+        "assert compat is sys.modules['thunder_ext.host.compat'] and compat.installed()\n"
         "print(thunder.__version__)\n"
     )
     result = _run(code)
     assert result.returncode == 0, (
-        "the shim is no longer enough (extend thunder_ext/_compat.py) or the hook is broken:\n"
+        "the shim is no longer enough (extend thunder_ext/host/compat.py) or the hook is broken:\n"
         + result.stderr[-3000:]
     )
 
@@ -80,13 +81,13 @@ def test_shim_does_nothing_on_a_torch_that_has_the_methods() -> None:
         "import torch\n"
         "def native(self): return 'native'\n"
         f"for n in {names!r}: setattr(torch.Tensor, n, native)\n"
-        "from thunder_ext import _compat\n"
+        "from thunder_ext.host import compat as _compat\n"
         "assert _compat.apply() == () and _compat.installed() == () and _compat.missing_methods() == ()\n"
         f"assert all(getattr(torch.Tensor, n) is native for n in {names!r})\n"
     )
     # Load only the shim module by path: importing the thunder_ext package would import thunder (and apply()).
     code = code.replace(
-        "from thunder_ext import _compat\n",
+        "from thunder_ext.host import compat as _compat\n",
         "import importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('_compat', {_compat.__file__!r})\n"
         "_compat = importlib.util.module_from_spec(spec); spec.loader.exec_module(_compat)\n",

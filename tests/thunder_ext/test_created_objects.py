@@ -1,5 +1,5 @@
 """Objects a jitted call creates and its caller keeps, and writes into lists reachable from the arguments
-(:mod:`thunder_ext.object_state`).
+(:mod:`thunder_ext.python_state.object_state`).
 
 A growing cache appends per-layer objects to a list inside the call, and later calls read and rebind their tensors:
 each call must leave the caller's cache as eager does — real tensors, never the trace's proxies — and a cache with a
@@ -23,7 +23,7 @@ import torch.nn as nn  # noqa: E402
 import thunder  # noqa: E402
 import thunder_ext  # noqa: E402
 from thunder.core.proxies import Proxy  # noqa: E402
-from thunder_ext.object_state import CreatedObjectError  # noqa: E402
+from thunder_ext.python_state.object_state import CreatedObjectError  # noqa: E402
 
 from executor_configs import CONFIGS, PARAMS  # noqa: E402
 

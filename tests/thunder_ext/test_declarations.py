@@ -14,7 +14,7 @@ import thunder.torch as ltorch  # noqa: E402
 from thunder.core import prims  # noqa: E402
 from thunder.core.prims import PrimIDs  # noqa: E402
 from thunder.executors import torchex  # noqa: E402
-from thunder_ext import declarations, keys  # noqa: E402
+from thunder_ext.declare import declarations, keys  # noqa: E402
 
 
 def lookup(key):

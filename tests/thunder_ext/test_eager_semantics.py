@@ -40,7 +40,10 @@ from benchmarks.eager_semantics import (  # noqa: E402
     executors_of,
     observe,
 )
-from thunder_ext import opaque_torch, pipeline, rebinding, seeding  # noqa: E402
+from thunder_ext.declare import opaque_torch  # noqa: E402
+from thunder_ext.passes import pipeline  # noqa: E402
+from thunder_ext.python_state import rebinding  # noqa: E402
+from thunder_ext.eager import seeding  # noqa: E402
 
 REFUSED: dict[str, type[BaseException]] = {
     "seeding/seed_under_grad": seeding.SeedUnderAutogradError,

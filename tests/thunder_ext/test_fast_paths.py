@@ -26,7 +26,9 @@ from thunder.executors.passes import _transform_for_operator_executor_execution
 from thunder.executors.torch_compile import torch_compile_ex
 from thunder.executors.torchex import ex as pytorch_ex
 
-from thunder_ext import _thunder, _thunder_fast, binding, pipeline, resolve
+from thunder_ext.host import names as _thunder, fast as _thunder_fast
+from thunder_ext.declare import binding, resolve
+from thunder_ext.passes import pipeline
 
 EXECUTORS = (torch_compile_ex, thunder.extend.get_executor("torch"), thunder.extend.get_executor("python"))
 

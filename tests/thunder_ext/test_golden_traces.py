@@ -23,7 +23,7 @@ import thunder_ext  # noqa: E402  (applies the import shim before thunder)
 # isort: split
 import thunder  # noqa: E402
 
-from thunder_ext.reinplace import Reinplace  # noqa: E402
+from thunder_ext.passes.inplace_kernels import Reinplace  # noqa: E402
 
 _SOURCE_LINE = re.compile(r"# .*:\d+: ")
 
@@ -241,7 +241,7 @@ def test_functionalization_keeps_no_grad_writes_out_of_autograd_and_writes_argum
           # buf: "cpu f32[2]"
           ltorch._set_grad_enabled_with_warning(False)
           t0 = ltorch.mul(w, 0.5)  # t0: "cpu f32[2]"
-          t8 = thunder_ext.functionalize.thunder_effects_no_grad_update(w, t0)  # t8: "cpu f32[2]"
+          t8 = thunder_ext.passes.functionalize.thunder_effects_no_grad_update(w, t0)  # t8: "cpu f32[2]"
           t2 = ltorch.add(buf, 1, alpha=1)  # t2: "cpu f32[2]"
           ltorch._set_grad_enabled_with_warning(True)
           t4 = ltorch.mul(t8, x)  # t4: "cpu f32[2]"

@@ -1,7 +1,7 @@
-"""Tensor attributes that are Python state inside a jitted function (:mod:`thunder_ext.tensor_attributes`):
+"""Tensor attributes that are Python state inside a jitted function (:mod:`thunder_ext.python_state.tensor_attributes`):
 ``p.grad`` (read, written in place, guarded: ``None`` or a tensor of the traced metadata), ``p.data`` (all of ``p``
 without autograd: writes through it write ``p``), ``requires_grad_``/``detach_``, and ``torch.nn.utils``'s gradient
-clipping (its device/dtype grouping: :mod:`thunder_ext.optimizers`). Each program runs several steps with
+clipping (its device/dtype grouping: :mod:`thunder_ext.eager.optimizers`). Each program runs several steps with
 ``.backward()`` outside between the calls; parameters, gradients and optimizer state are compared with eager on an
 identical copy after every step."""
 
@@ -17,7 +17,7 @@ import torch  # noqa: E402
 
 import thunder  # noqa: E402
 import thunder_ext  # noqa: E402
-from thunder_ext.tensor_attributes import RequiresGradChangeError  # noqa: E402
+from thunder_ext.python_state.tensor_attributes import RequiresGradChangeError  # noqa: E402
 
 STEPS = 3
 

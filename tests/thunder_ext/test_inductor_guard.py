@@ -1,4 +1,4 @@
-"""thunder_ext.inductor_guard: thunder_ext.jit with the torch.compile executor matches eager on programs Inductor
+"""thunder_ext.passes.inductor_guard: thunder_ext.jit with the torch.compile executor matches eager on programs Inductor
 miscompiles when they form one region (benchmarks/inductor_bug_repro.py), and splits only those regions.
 
 The ``fuzz_*`` programs are the fuzzer's mismatches (benchmarks/fuzz_thunder.py; ``fuzz_zero_add_index_copy`` from issue
@@ -22,7 +22,7 @@ import torch
 import thunder_ext
 from effects import Const
 from effects.testing.vocab import opaque_axpy_
-from thunder_ext import inductor_guard
+from thunder_ext.passes import inductor_guard
 
 Shapes = Sequence[tuple[int, ...]]
 
@@ -398,7 +398,7 @@ def test_effects_on_an_operand_the_call_leaves_out():
     positions as binding nothing, like the dependency graph."""
     from effects import PURE, Instruction, Program, make_effects
     from effects.graph import DependencyGraph
-    from thunder_ext.adapter import AdaptedTrace
+    from thunder_ext.declare.adapter import AdaptedTrace
 
     out_write = make_effects(writes=[1], aliases=[(0, 1)])
     program = Program((

@@ -1,4 +1,5 @@
-"""Python state the interpreter answers as eager (:mod:`thunder_ext.interpreter_state`): grad-mode context managers
+"""Python state the interpreter answers as eager (:mod:`thunder_ext.python_state.interpreter_state`): grad-mode context
+managers
 are the interpreter's, grad mode follows the trace, tensor metadata reads as eager's — on every call, on each
 executor, with gradients compared with eager."""
 
@@ -233,5 +234,5 @@ def test_index_put_gradients(config: str) -> None:
 def test_no_symbol_has_two_backward_rules() -> None:
     from thunder.core.transforms import _grad_fn_map, backward_impls
 
-    with thunder_ext._patches.holding():
+    with thunder_ext.host.patches.holding():
         assert not set(_grad_fn_map) & set(backward_impls)

@@ -2,7 +2,8 @@
 KV-cache greedy decoding (``set_kv_cache``: the cache buffers are written in place every step) and training steps —
 matches eager, with the default executors, ``["torch"]`` and ``["torchcompile"]``. Skipped when litgpt is not
 installed; nothing is downloaded. The default-executor training crash this issue reported was in
-:mod:`thunder_ext.inductor_guard` (reduced: ``test_inductor_guard.test_effects_on_an_operand_the_call_leaves_out``).
+:mod:`thunder_ext.passes.inductor_guard` (reduced:
+``test_inductor_guard.test_effects_on_an_operand_the_call_leaves_out``).
 
 Compile counts: decoding compiles twice (the prompt, then every one-token step: the position is a tensor input)."""
 

@@ -1,4 +1,5 @@
-"""Attributes a jitted call assigns are written back with their *final* values (:mod:`thunder_ext.module_state`):
+"""Attributes a jitted call assigns are written back with their *final* values
+(:mod:`thunder_ext.python_state.module_state`):
 numbers, strings, ``None``, dtypes and devices as well as tensors; an attribute the call restores keeps its value
 (stock Thunder replays the first assignment); a list the call made is rebuilt for the caller. (The catalog's
 tensor cases are in ``test_eager_semantics``; these are the state patterns of ``transformers``' caches and output
@@ -100,7 +101,7 @@ def test_state_initialised_inside_the_call_is_written_back_as_eager_stores_it(ex
 def test_stock_thunder_drops_or_fails_on_these_writes():
     """Stock Thunder (0.2.6) drops the number attributes (every call initialises again: wrong values), and
     replays a submodule's first recorded assignment (the dict), which it cannot. When this fails, Thunder changed:
-    revisit :mod:`thunder_ext.module_state`."""
+    revisit :mod:`thunder_ext.python_state.module_state`."""
     eager, model = LazyState(), LazyState()
     jitted = thunder.jit(model, executors=["torch"])
     got = [jitted(torch.ones(3)) for _ in range(2)]
@@ -117,7 +118,8 @@ class KeepsAList(nn.Module):
 
 
 def test_a_list_made_in_the_call_is_written_back_with_the_runs_tensors():
-    """A list the call creates and stores is rebuilt in the epilogue (:mod:`thunder_ext.object_state`), on every
+    """A list the call creates and stores is rebuilt in the epilogue (:mod:`thunder_ext.python_state.object_state`), on
+    every
     call, holding that call's tensor."""
     module = KeepsAList()
     jitted = thunder_ext.jit(module, executors=["torch"])
@@ -148,7 +150,8 @@ def record_then_read(x: torch.Tensor) -> object:
 
 @pytest.mark.parametrize("jit", [thunder_ext.jit, thunder.jit], ids=["thunder_ext", "stock"])
 def test_a_read_after_object_setattr_sees_the_new_value(jit):
-    """:func:`thunder_ext.module_state.synced_setattr`: stock Thunder answers the read from the wrapper it cached
+    """:func:`thunder_ext.python_state.module_state.synced_setattr`: stock Thunder answers the read from the wrapper it
+    cached
     before the assignment (``None``: a silently missing value)."""
     x = torch.arange(3.0)
     got = jit(record_then_read, executors=["torch"])(x)

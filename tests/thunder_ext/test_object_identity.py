@@ -1,4 +1,5 @@
-"""One Python object reached by two paths is one value inside a jitted call (:func:`thunder_ext.object_state.
+"""One Python object reached by two paths is one value inside a jitted call
+(:func:`thunder_ext.python_state.object_state.
 shared_wrapper`): a write through one path is what a read through the other sees, and the caller's object ends as
 eager leaves it. (Tensors reached by two paths: ``test_tied_state``.)"""
 

@@ -1,4 +1,4 @@
-"""Torch ops without a Thunder symbol run as opaque torch calls with schema effects (thunder_ext.opaque_torch):
+"""Torch ops without a Thunder symbol run as opaque torch calls with schema effects (thunder_ext.declare.opaque_torch):
 outputs and every mutated input equal eager under the torch and torchcompile executors and both fusion types."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import effects  # noqa: E402
 import thunder_ext  # noqa: E402
 import thunder  # noqa: E402
 from effects import Access  # noqa: E402
-from thunder_ext import opaque_torch  # noqa: E402
+from thunder_ext.declare import opaque_torch  # noqa: E402
 
 CONFIGS = [pytest.param(ex, ft, id=f"{ex[0]}-{ft}") for ex in (["torch"], ["torchcompile"])
            for ft in ("consecutive", "dataflow")]
@@ -183,7 +183,7 @@ def test_plain_thunder_jit_without_the_executor_names_it():
     def f(xs):
         torch._foreach_add_(xs, 1.0)
 
-    with thunder_ext._patches.holding():
+    with thunder_ext.host.patches.holding():
         jfn = thunder.jit(f, executors=["torch"])
         with pytest.raises(NotImplementedError, match=opaque_torch.EXECUTOR_NAME):
             jfn([torch.ones(2)])

@@ -97,7 +97,8 @@ def test_step_matches_eager_with_torchcompile_sweep(kind, foreach, fusion_type):
 @pytest.mark.parametrize("foreach", [False, True])
 def test_jitted_training_step_calls_step(foreach, jit_kwargs):
     """The step runs inside a differentiated compilation (the returned loss requires grad): the output-less
-    ``_foreach_*_`` calls must stay in the forward (:mod:`thunder_ext.split`), the state it creates has no autograd
+    ``_foreach_*_`` calls must stay in the forward (:mod:`thunder_ext.passes.split`), the state it creates has no
+    autograd
     history, and the loss's gradient is eager's."""
     def make():
         torch.manual_seed(0)
@@ -207,7 +208,7 @@ def _scaled_if_registered(x):
 def test_a_key_test_on_a_dict_guards_its_keys_not_its_values(monkeypatch):
     """``key in d`` depends on ``d``'s keys only: the prologue pins them and never fetches the values (it checked
     every tensor of the dict, and wrapping them iterated the live dict — litgpt's training cell failed when a garbage
-    collection emptied a weak-reference registry during that loop: thunder_ext.dict_state._contains)."""
+    collection emptied a weak-reference registry during that loop: thunder_ext.python_state.dict_state._contains)."""
     f = thunder_ext.jit(_scaled_if_registered)
     x = torch.ones(2)
     torch.testing.assert_close(f(x), x * 2)

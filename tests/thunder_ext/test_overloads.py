@@ -1,4 +1,5 @@
-"""``torch.cat`` skips 1-D empty tensors as eager does (:mod:`thunder_ext.overloads`): the legacy rule that grows a
+"""``torch.cat`` skips 1-D empty tensors as eager does (:mod:`thunder_ext.eager.overloads`): the legacy rule that grows
+a
 cache from ``torch.tensor([])`` (``transformers``' ``DynamicCache``), which Thunder's ``cat`` refuses."""
 
 from __future__ import annotations

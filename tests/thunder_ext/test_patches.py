@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("thunder")
 
 import thunder_ext  # noqa: E402,F401
-from thunder_ext import _patches, state  # noqa: E402
+from thunder_ext.host import patches as _patches, state  # noqa: E402
 
 
 @pytest.mark.parametrize("patch", _patches.PATCHES, ids=lambda p: p.where)
@@ -78,7 +78,7 @@ def test_apply_refuses_a_foreign_patch(monkeypatch):
 
 def test_new_table_entries_are_added_and_removed():
     entries = [p for p in _patches.PATCHES if p.original is _patches.ABSENT]
-    assert entries, "thunder_ext.opaque_torch registers lookasides and methods through _patches"
+    assert entries, "thunder_ext.declare.opaque_torch registers lookasides and methods through _patches"
     with _patches.holding():
         assert all(p.current() is p.replacement for p in entries)
     assert all(p.current() is _patches.ABSENT for p in entries)

@@ -36,16 +36,16 @@ from effects import (  # noqa: E402
     make_effects,
 )
 from effects.testing import VOCABULARY, Oracle, programs, schedules  # noqa: E402
-from thunder_ext import declarations  # noqa: E402
-from thunder_ext.honesty import CheckEffects, check_executor  # noqa: E402
-from thunder_ext.plugin import (  # noqa: E402
+from thunder_ext.declare import declarations  # noqa: E402
+from thunder_ext.declare.honesty import CheckEffects, check_executor  # noqa: E402
+from thunder_ext.declare.plugin import (  # noqa: E402
     DroppedEffectError,
     OperatorExecutor,
     declare_effects,
     register_implementation,
     register_operator,
 )
-from thunder_ext.resolve import bsym_effects  # noqa: E402
+from thunder_ext.declare.resolve import bsym_effects  # noqa: E402
 
 _names = (f"plugin_test_{i}" for i in itertools.count())
 

@@ -15,7 +15,7 @@ import thunder  # noqa: E402
 
 from benchmarks.common import measure_memory  # noqa: E402
 from examples.models import MODELS, check  # noqa: E402
-from thunder_ext.reinplace import EXECUTOR, Reinplace, inplace_symbol  # noqa: E402
+from thunder_ext.passes.inplace_kernels import EXECUTOR, Reinplace, inplace_symbol  # noqa: E402
 
 
 def _run(fn: Callable[..., Any], make_args: Callable[[], tuple[Any, ...]], jit: Callable[..., Any] = thunder_ext.jit

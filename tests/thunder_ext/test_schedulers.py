@@ -1,8 +1,10 @@
 """Optimizer and LR scheduler state through ``thunder_ext.jit`` (issue 21, "Python state is an effect too").
 
 An LR scheduler replaces ``optimizer.step`` by a function that reaches the optimizer through a ``weakref.ref``
-(:mod:`thunder_ext.referents`); a scheduler stepped inside the jitted function writes ``_last_lr`` (a list of floats)
-and ``param_groups[i]["lr"]`` (:mod:`thunder_ext.module_state`, :mod:`thunder_ext.dict_state`). Every test runs
+(:mod:`thunder_ext.python_state.referents`); a scheduler stepped inside the jitted function writes ``_last_lr`` (a list
+of floats)
+and ``param_groups[i]["lr"]`` (:mod:`thunder_ext.python_state.module_state`,
+:mod:`thunder_ext.python_state.dict_state`). Every test runs
 eager and the jitted program on identical copies for several steps (the first compilation, the steps after it,
 recompilations when the lr — a guarded constant — changes) and compares the parameters, every ``opt.state`` tensor
 (a real ``torch.Tensor``), the ``param_groups``' lrs and the scheduler's ``last_epoch``/``_last_lr``. Gradients come
@@ -26,8 +28,8 @@ from torch.optim import lr_scheduler as lrs  # noqa: E402
 
 import thunder  # noqa: E402
 import thunder_ext  # noqa: E402
-from thunder_ext.dict_state import ProxyLeakError  # noqa: E402
-from thunder_ext.referents import ReferentDiedError, dereference  # noqa: E402
+from thunder_ext.python_state.dict_state import ProxyLeakError  # noqa: E402
+from thunder_ext.python_state.referents import ReferentDiedError, dereference  # noqa: E402
 
 STEPS = 3
 

@@ -1,4 +1,5 @@
-"""``Tensor.register_hook`` inside a jitted function (:mod:`thunder_ext.tensor_hooks`): the hooks run on the tensor's
+"""``Tensor.register_hook`` inside a jitted function (:mod:`thunder_ext.python_state.tensor_hooks`): the hooks run on
+the tensor's
 whole gradient in the compiled backward, as eager's — on every call, on each executor, compared with eager; what the
 compiled backward cannot do as eager is a typed error."""
 
@@ -12,7 +13,7 @@ import torch
 
 import thunder_ext
 import thunder
-from thunder_ext.tensor_hooks import HookError, HookSealedError
+from thunder_ext.python_state.tensor_hooks import HookError, HookSealedError
 
 from executor_configs import CALLS, CONFIGS, PARAMS
 

@@ -1,4 +1,5 @@
-"""One tensor reached by two paths is one value (:mod:`thunder_ext.arguments`): tied weights (an ``nn.Embedding``
+"""One tensor reached by two paths is one value (:mod:`thunder_ext.python_state.arguments`): tied weights (an
+``nn.Embedding``
 and an ``nn.Linear`` sharing ``weight``), a buffer registered under two names, a tensor passed as an argument and
 reached as a module attribute, a dict holding one tensor under two keys. Each is written in place through one path
 and read through the other; every call (the first and the cache hits) is compared with eager on an identical copy
@@ -23,7 +24,7 @@ from torch import nn  # noqa: E402
 
 import thunder  # noqa: E402
 import thunder_ext  # noqa: E402
-from thunder_ext.eager_checks import SAME_STORAGE  # noqa: E402
+from thunder_ext.eager.eager_checks import SAME_STORAGE  # noqa: E402
 
 _SLOW = pytest.mark.slow  # torch.compile (and the default executors, which include it): seconds per compilation
 CONFIGS = [

@@ -1,4 +1,5 @@
-"""Training through thunder_ext.jit: effect functionalization before the autograd split (thunder_ext.functionalize).
+"""Training through thunder_ext.jit: effect functionalization before the autograd split
+(thunder_ext.passes.functionalize).
 
 The gradient matrix (``grad_cases.CASES``: in-place ops on intermediates, chains, views and slices of
 intermediates, in-place activations in modules, BatchNorm in training, index/scatter/masked writes, mutated inputs
@@ -219,7 +220,7 @@ def test_verify_checks_forward_backward_and_functional_traces(name: str):
 
 
 def test_check_functional_rejects_a_write_autograd_would_miss():
-    from thunder_ext.verify import check_functional
+    from thunder_ext.passes.trace_verification import check_functional
     from effects import OrderViolation
 
     def step(x, w):
@@ -269,7 +270,7 @@ def test_inference_under_no_grad_is_not_functionalized():
 def test_values_computed_without_grad_come_back_without_history(jit_kwargs):
     """Thunder connects every output of a differentiated computation to autograd; eager holds a value computed under
     no_grad (optimizer state created inside a training step) or from values that do not require grad without
-    history, and so must the jitted function — returned or stored in a dict (thunder_ext.functionalize)."""
+    history, and so must the jitted function — returned or stored in a dict (thunder_ext.passes.functionalize)."""
     def f(w, x, state):
         with torch.no_grad():
             state["avg"] = w * 0.5
@@ -293,7 +294,7 @@ def test_values_computed_without_grad_come_back_without_history(jit_kwargs):
 
 def test_torch_executor_only_gradient_rules_apply_behind_torchcompile():
     """adaptive_avg_pool2d's only gradient rule was the torch executor's grad transform, which Thunder did not find with
-    torchcompile ahead of torch in the list (thunder_ext.grad_fixes; a ResNet's head)."""
+    torchcompile ahead of torch in the list (thunder_ext.eager.grad_fixes; a ResNet's head)."""
     def f(x, w):
         return torch.nn.functional.adaptive_avg_pool2d(x * w, 1).sum()
 

@@ -6,16 +6,18 @@ the cache tensors, the losses and the parameters. Skipped when transformers is n
 pins the version); nothing is downloaded.
 
 Stock ``thunder.jit`` traces none of it (:func:`test_stock_thunder_still_fails`). What thunder_ext adds:
-:mod:`thunder_ext.transformers_compat` (``CompileableContextVar``, set around every forward, as a ``ContextVar``) and
-:mod:`thunder_ext.module_state` writing back each attribute's *final* value, numbers and dtypes included (the
+:mod:`thunder_ext.eager.transformers_compat` (``CompileableContextVar``, set around every forward, as a ``ContextVar``)
+and
+:mod:`thunder_ext.python_state.module_state` writing back each attribute's *final* value, numbers and dtypes included
+(the
 ``StaticCache`` allocates its tensors on the first ``update``, inside the traced prompt step, and sets
 ``is_initialized``, ``dtype``, ``max_batch_size``, ...).
 
 ``output_hidden_states=True`` returns eager's hidden states, on the first call (which installs ``transformers``'
-capturing hooks: :mod:`thunder_ext.transformers_compat` runs the installation on the real model) and on a cache
-hit; :func:`thunder_ext.module_state.synced_setattr` keeps ``ModelOutput.__setitem__``'s attribute visible.
+capturing hooks: :mod:`thunder_ext.eager.transformers_compat` runs the installation on the real model) and on a cache
+hit; :func:`thunder_ext.python_state.module_state.synced_setattr` keeps ``ModelOutput.__setitem__``'s attribute visible.
 ``model(input_ids)`` with the default ``use_cache=True`` and no cache returns a ``DynamicCache`` made in the call:
-rebuilt in the epilogue (:mod:`thunder_ext.object_state`), equal to eager's.
+rebuilt in the epilogue (:mod:`thunder_ext.python_state.object_state`), equal to eager's.
 
 Compile counts: decoding compiles twice — the prompt (which also initialises the cache) and every one-token step
 (``cache_position`` is a tensor input: no recompilation per position)."""
@@ -31,7 +33,8 @@ import torch  # noqa: E402
 
 import thunder  # noqa: E402
 import thunder_ext  # noqa: E402
-from thunder_ext import _patches, transformers_compat  # noqa: E402
+from thunder_ext.host import patches as _patches  # noqa: E402
+from thunder_ext.eager import transformers_compat  # noqa: E402
 
 VOCAB = 64
 PROMPT = 5
@@ -175,7 +178,7 @@ def new_cache(x):
 
 def test_a_cache_made_in_the_call_and_returned_is_rebuilt():
     """Stock Thunder cannot return it (``unhandled value of type DynamicCache``); thunder_ext rebuilds it in the
-    epilogue (:mod:`thunder_ext.object_state`): a new, empty cache on every call, as in eager."""
+    epilogue (:mod:`thunder_ext.python_state.object_state`): a new, empty cache on every call, as in eager."""
     with pytest.raises(NotImplementedError, match="unhandled value of type .*DynamicCache"):
         thunder.jit(new_cache, executors=["torch"])(torch.arange(3.0))
     jitted = thunder_ext.jit(new_cache, executors=["torch"])
@@ -206,7 +209,7 @@ def test_default_use_cache_without_a_cache_returns_eagers_cache():
 
 
 def test_compileable_context_var_lookasides_pin_transformers():
-    """What :mod:`thunder_ext.transformers_compat` relies on: ``CompileableContextVar`` keeps a ``ContextVar`` as
+    """What :mod:`thunder_ext.eager.transformers_compat` relies on: ``CompileableContextVar`` keeps a ``ContextVar`` as
     ``context_var`` and has ``get``/``set``/``reset``; ``capture_outputs`` installs its hooks through the module's
     ``maybe_install_capturing_hooks``; the lookasides are added while the patches are held."""
     from contextvars import ContextVar

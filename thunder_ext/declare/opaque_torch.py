@@ -1,0 +1,453 @@
+"""Torch ops Thunder has no symbol for run as opaque torch calls whose effects come from their ATen schemas.
+
+Thunder 0.2.6 refuses ``torch._foreach_add_`` ("not yet supported"), ``F.dropout(..., inplace=True)``,
+``Tensor.sigmoid_`` and ``Tensor.uniform_`` ("Unknown attribute"). This module makes them trace, with Thunder's own
+extension points:
+
+* one :class:`thunder_ext.declare.plugin.OperatorExecutor` (:data:`executor`, name :data:`EXECUTOR_NAME`) owns an
+  **operator per ATen overload** (``aten__foreach_add__List``): its parameters are the schema's arguments in order,
+  its meta runs the overload on fake tensors (``FakeTensorMode``), it calls the overload at run time, and its
+  effects are :func:`effects.derive` of the overload (``Tensor(a!)[] self`` → the whole list operand is written,
+  ``-> Tensor(a!)`` → the output is that operand, ``nondeterministic_seeded`` → ordered on ``rng[default]``),
+  declared in the process-wide registry under the operator's implementation key;
+* a **dispatcher per torch function**, installed as the interpreter's lookaside for that function (the way Thunder
+  looks aside to its own torch symbols: list items are proxied first, then it runs natively): at trace time it
+  picks the overload the arguments select (ATen's own resolution, ``torch._C._jit_resolve_packet``), puts every
+  argument at its schema position and records that operator — so the trace carries the operator with its
+  precise per-parameter effects;
+* missing ``Tensor`` methods are entries of the torch language context's method table mapping to the dispatcher;
+* in-place methods whose out-of-place op Thunder has (``sigmoid_``, ``clamp_min_``, ``index_fill_``,
+  ``scatter_reduce_``, ``fill_``, ... :func:`derived_methods`) are not opaque: they trace as ``copy_(self,
+  X(self, ...))``, Thunder's own definition of its in-place ops, so they differentiate and fuse; likewise
+  ``F.dropout(inplace=True)`` (:data:`DERIVED_FUNCTIONS`), which Thunder's symbol refuses.
+
+In a differentiated compilation an operator autograd would have to differentiate (a floating-point operand, outside
+``no_grad``) is refused with :class:`OpaqueUnderAutogradError` (:func:`refuse_under_autograd`): no gradient rule is
+derived for opaque calls yet, and Thunder would stop with "Failed to find a gradient transform".
+
+Lookaside and method entries are new entries in Thunder's tables, so they are added and removed by
+:mod:`thunder_ext.host.patches` (held while a ``thunder_ext.jit`` function runs or between ``install``/``uninstall``).
+The operators run only where :data:`executor` is among the compilation's ``executors``: :func:`thunder_ext.jit`
+adds it, :func:`thunder_ext.install` makes it a default executor, and otherwise the dispatcher says so. Only
+Thunder-visible torch functions not already mapped by Thunder are replaced (:func:`supported` lists them), so
+nothing Thunder can trace changes.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from effects import InvalidDeclaration, derive
+
+import thunder.extend as extend
+import thunder.torch as ltorch
+from thunder.core.devices import to_device, to_torch_device
+from thunder.core.dtypes import to_dtype, to_torch_dtype
+from thunder.core import dtypes
+from thunder.core.proxies import NumberProxy, Proxy, ProxyTag, TensorProxy
+from thunder.core.compile_data import get_compile_data
+from thunder.core.interpreter import interpreter_needs_wrap
+from thunder.core.jit_ext import ensure_recursive_proxies
+from thunder.core.prims import OpTags
+from thunder.core.symbol import Symbol
+
+from ..host.names import GRAD_TABLE, LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
+from .plugin import OperatorExecutor
+
+__all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "supported", "operator_for", "derived_methods",
+           "opaque_method", "DERIVED_FUNCTIONS", "FUNCTIONAL_TWINS", "METADATA_METHODS", "AUTOGRAD_STATE",
+           "RANDOM_FILLS", "native_lookaside", "inplace_name", "register_opaque",
+           "INPLACE_OPERATORS",
+           "executors_with", "lookasides", "methods", "grad_requiring", "OpaqueUnderAutogradError",
+           "refuse_under_autograd"]
+
+EXECUTOR_NAME = "thunder_effects_opaque_torch"
+
+executor = OperatorExecutor(EXECUTOR_NAME)
+"""Owns the per-overload operators and the dispatchers; registered with Thunder under :data:`EXECUTOR_NAME`."""
+extend.register_executor(executor)
+
+# --- fake execution ------------------------------------------------------------------------------------------
+def _fake(value: Any) -> Any:
+    """A proxy argument as FakeTensorMode sees it (call inside the mode)."""
+    if isinstance(value, TensorProxy):
+        return torch.empty(value.shape, dtype=to_torch_dtype(value.dtype), device=to_torch_device(value.device))
+    if isinstance(value, NumberProxy):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_fake(v) for v in value) if type(value) in (list, tuple) else [_fake(v) for v in value]
+    return value
+
+
+def _proxy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return TensorProxy(shape=tuple(value.shape), device=to_device(value.device), dtype=to_dtype(value.dtype),
+                           requires_grad=value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_proxy(v) for v in value)
+    return value
+
+
+def grad_requiring(bsyms: Sequence[Any]) -> set[str]:
+    """Names of the tensors of ``bsyms`` (a trace's bound symbols, in order) that eager would hold with autograd
+    history when grad mode is on: inputs (proxies nothing before made) that require grad, and the floating outputs
+    of every bound symbol that reads one, except those computed under ``no_grad`` (Thunder tags them
+    ``DETACHED_AUTOGRAD_GRAPH``). Thunder's own ``requires_grad`` of an intermediate proxy is not that: it is
+    ``False`` for most of them."""
+    made: set[str] = set()
+    grad: set[str] = set()
+    for bsym in bsyms:
+        outs = [o for o in bsym.flat_proxy_outs if isinstance(o, TensorProxy)]
+        args = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
+        grad.update(p.name for p in args if p.name not in made and p.requires_grad)
+        made.update(o.name for o in outs)
+        if any(ProxyTag.DETACHED_AUTOGRAD_GRAPH in o.tags for o in outs):
+            continue
+        if any(p.name in grad for p in args):
+            grad.update(o.name for o in outs if dtypes.is_inexact_dtype(o.dtype))
+    return grad
+
+
+# --- operators: one per ATen overload ------------------------------------------------------------------------
+def _parameter(arg: Any) -> inspect.Parameter:
+    name = arg.name if arg.name.isidentifier() and arg.name not in ("from", "lambda", "in", "is") else f"{arg.name}_"
+    default = arg.default_value if arg.has_default_value() else inspect.Parameter.empty
+    kind = inspect.Parameter.KEYWORD_ONLY if arg.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+    return inspect.Parameter(name, kind, default=default)
+
+
+def _meta(overload: Any, signature: inspect.Signature) -> Callable[..., Any]:
+    def meta(*args: Any, **kwargs: Any) -> Any:
+        if not overload._schema.returns:  # nothing to infer; FakeTensorMode rejects some (CPU `scalars` tensors)
+            return None
+        with FakeTensorMode():
+            out = overload(*(_fake(a) for a in args), **{k: _fake(v) for k, v in kwargs.items()})
+        return _proxy(out)
+
+    meta.__signature__ = signature  # type: ignore[attr-defined]
+    return meta
+
+
+_operators: dict[str, Symbol] = {}
+
+
+def operator_for(overload: Any, *, grad_enabled: bool = True) -> Symbol:
+    """The operator of one ATen overload (registered, with its schema effects, on first use). A call traced with
+    grad disabled gets the overload's *no-grad* operator (``aten_..._no_grad``): the same call, constant for
+    Thunder's autograd — ``torch.optim``'s ``_foreach_add_(params, ...)`` under ``no_grad`` has differentiable
+    arguments and no outputs to tag as detached, and Thunder splits forward and backward whenever an argument
+    requires grad. The no-grad operator carries Thunder's tag for ops autodiff treats as constants
+    (``TORCH_COMPILE_COMPLIANT_CUSTOM_OP``: Thunder's autograd reads it as "constant for VJP" and nothing else)."""
+    name = f"aten_{overload.__name__.replace('.', '_')}" + ("" if grad_enabled else "_no_grad")
+    sym = _operators.get(name)
+    if sym is None:
+        found = derive(overload)
+        if found is None:
+            raise InvalidDeclaration(f"{overload}: no schema to derive effects from; it cannot run as an opaque "
+                                     "torch call (declare it with thunder_ext.register_operator instead)")
+        signature = inspect.Signature([_parameter(a) for a in overload._schema.arguments])
+        tags = None if grad_enabled else [OpTags.TORCH_COMPILE_COMPLIANT_CUSTOM_OP]
+        sym = executor.register_operator(name, meta=_meta(overload, signature), fn=overload,
+                                         effects=found[0], tags=tags)
+        executor.register_implementation(sym, sym)
+        _operators[name] = sym
+    return sym
+
+
+def _bind(overload: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """``args``/``kwargs`` of a torch call as the overload's positional and keyword-only arguments, every
+    argument present (defaults filled in), so that operand positions are the schema's."""
+    positional: list[Any] = []
+    keywords: dict[str, Any] = {}
+    rest = list(args)
+    for arg in overload._schema.arguments:
+        if not arg.kwarg_only and rest:
+            value = rest.pop(0)
+        elif arg.name in kwargs:
+            value = kwargs[arg.name]
+        elif arg.has_default_value():
+            value = arg.default_value
+        else:
+            raise TypeError(f"{overload}: the call does not give argument {arg.name!r}")
+        if arg.kwarg_only:
+            keywords[arg.name] = value
+        else:
+            positional.append(value)
+    return positional, keywords
+
+
+def _overload(packet: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    with FakeTensorMode():
+        fake_args = [_fake(a) for a in args]
+        fake_kwargs = {k: _fake(v) for k, v in kwargs.items()}
+        name = torch._C._jit_resolve_packet(packet._qualified_op_name, *fake_args, **fake_kwargs)
+    return getattr(packet, name)
+
+
+# --- dispatchers: one per torch function ---------------------------------------------------------------------
+
+
+# --- in-place methods Thunder lacks, derived from the out-of-place op it has ---------------------------------------
+METADATA_METHODS = frozenset({
+    "as_strided_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swapaxes_", "swapdims_", "resize_", "resize_as_",
+    "set_",
+})
+"""In-place methods that change a tensor's shape, strides or storage, not (only) its values: never derived; they run
+as opaque torch calls that rebind the traced tensor (:mod:`thunder_ext.python_state.rebinding`)."""
+
+RANDOM_FILLS = frozenset({"bernoulli_", "uniform_", "normal_", "random_", "cauchy_", "exponential_", "geometric_",
+                          "log_normal_"})
+"""In-place random fills: ``x.bernoulli_(p)`` is not ``bernoulli(x)`` (which reads ``x`` as probabilities), so they are
+never derived; the ones Thunder lacks run as opaque torch calls."""
+
+AUTOGRAD_STATE = frozenset({"detach_", "requires_grad_", "share_memory_"})
+"""In-place methods that change autograd or sharing state, not values: neither derived nor opaque (Thunder's own
+answer stands)."""
+
+
+def inplace_name(name: str) -> bool:
+    """A public in-place name: ``add_``, not ``__iadd__`` or ``_foreach_add_``."""
+    return name.endswith("_") and not name.endswith("__") and not name.startswith("_")
+
+
+def _derived(name: str, functional: Callable[..., Any]) -> Callable[..., Any]:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return LTORCH_COPY.get()(self, functional(self, *args, **kwargs))
+
+    method.__name__ = method.__qualname__ = f"derived_{name}"
+    return method
+
+
+def _fill(self: Any, value: Any) -> Any:
+    if isinstance(value, TensorProxy):
+        return ltorch.expand(ltorch.to(value, self.dtype), self.shape)
+    return ltorch.full_like(self, value)
+
+
+def _dropout(a: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+    if inplace:
+        return LTORCH_COPY.get()(a, ltorch.dropout(a, p, training))
+    return ltorch.dropout(a, p, training)
+
+
+FUNCTIONAL_TWINS: dict[str, Callable[..., Any]] = {"fill_": _fill}
+"""Out-of-place twins of in-place methods whose name does not say it (``fill_`` is ``full_like``)."""
+
+
+def derived_methods() -> dict[str, Callable[..., Any]]:
+    """``Tensor.X_`` methods Thunder lacks, for every ``X`` it has (and :data:`FUNCTIONAL_TWINS`): traced as
+    ``copy_(self, X(self, ...))`` — exactly how Thunder defines its own in-place ops (``relu_``, ``add_``), so
+    they are differentiable, fusible and their effects are the ``copy_``'s. Metadata mutations, autograd state and
+    random fills are excluded."""
+    found = {}
+    methods_known = METHOD_TABLE.get()
+    for name in dir(torch.Tensor):
+        if not inplace_name(name) or name in METADATA_METHODS or name in AUTOGRAD_STATE or name in RANDOM_FILLS:
+            continue
+        if name in methods_known:
+            continue
+        functional = FUNCTIONAL_TWINS.get(name) or methods_known.get(name[:-1])
+        if functional is not None:
+            found[name] = _derived(name, functional)
+    return found
+
+
+DERIVED_FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {F.dropout: _dropout}
+"""Torch functions whose Thunder symbol refuses ``inplace=True``: traced as the symbol plus ``copy_``."""
+"""Thunder symbols that raise for some arguments, and the ATen op those calls run as instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueTorchOp:
+    """A torch function (or ``Tensor`` method) that runs as an opaque torch call, and its dispatcher."""
+
+    torch_fn: Callable[..., Any]
+    packet: Any
+    dispatch: Callable[..., Any]
+    """Runs at trace time on proxies: records the operator of the selected overload."""
+    method: str | None = None
+
+
+def _dispatcher(name: str, packet: Any) -> Callable[..., Any]:
+    def dispatch(*args: Any, **kwargs: Any) -> Any:
+        cd = get_compile_data()
+        if cd is not None and executor not in cd.executors_list:
+            raise NotImplementedError(
+                f"{name} has no Thunder symbol; thunder_ext runs it as an opaque torch call only when the executor "
+                f"{EXECUTOR_NAME!r} is in `executors` (thunder_ext.jit adds it; with thunder.jit pass "
+                "executors=[..., thunder_ext.declare.opaque_torch.executor])."
+            )
+        overload = _overload(packet, args, kwargs)
+        positional, keywords = _bind(overload, args, kwargs)
+        return operator_for(overload, grad_enabled=cd is None or bool(cd.is_grad_enabled))(*positional, **keywords)
+
+    dispatch.__name__ = dispatch.__qualname__ = f"dispatch_{name}"
+    return dispatch
+
+
+def register_opaque(torch_fn: Callable[..., Any], packet: Any, *, method: str | None = None) -> OpaqueTorchOp:
+    """``torch_fn`` (the ``Tensor`` method ``method``) as an opaque torch call of ATen's ``packet``: an operator per
+    overload (registered now, with its schema effects) and a dispatcher that picks the overload per call."""
+    for overload_name in packet.overloads():
+        operator_for(getattr(packet, overload_name))
+        operator_for(getattr(packet, overload_name), grad_enabled=False)
+    name = getattr(torch_fn, "__qualname__", None) or packet.__name__
+    return OpaqueTorchOp(torch_fn, packet, _dispatcher(name, packet), method)
+
+
+INPLACE_OPERATORS: dict[str, str] = {
+    "__ior__": "bitwise_or_", "__iand__": "bitwise_and_", "__ixor__": "bitwise_xor_",
+    "__ilshift__": "bitwise_left_shift_", "__irshift__": "bitwise_right_shift_", "__ifloordiv__": "floor_divide_",
+    "__imod__": "remainder_",
+}
+"""Augmented assignments ``TensorProxy`` inherits from ``Proxy`` (which refuses them), and the in-place method eager
+runs for each (``a |= b`` is ``a.bitwise_or_(b)``)."""
+
+
+def _method_call(name: str) -> Callable[..., Any]:
+    """Calls ``Tensor.<name>`` as traced (Thunder's symbol, or this module's derived or opaque method)."""
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return METHOD_TABLE.get()[name](self, *args, **kwargs)
+
+    call.__name__ = call.__qualname__ = f"call_{name}"
+    return call
+
+
+def _inplace_operator(dunder: str, method: str) -> Callable[..., Any]:
+    refused = getattr(Proxy, dunder)
+    call = _method_call(method)
+
+    def operator(a: Any, b: Any) -> Any:
+        return call(a, b) if isinstance(a, TensorProxy) else refused(a, b)
+
+    operator.__name__ = operator.__qualname__ = f"inplace_{dunder.strip('_')}"
+    return operator
+
+
+def _inplace_functions() -> list[str]:
+    """``torch.<name>_`` functions Thunder lacks whose method this module or Thunder traces (``torch.sigmoid_(x)``
+    is ``x.sigmoid_()``)."""
+    mapped = TORCH_FUNCTION_MAP.get()
+    traced = set(METHOD_TABLE.get()) | set(_DERIVED) | {op.method for op in _SUPPORTED}
+    return sorted(name for name in dir(torch) if inplace_name(name) and name in traced
+                  and callable(getattr(torch, name)) and getattr(torch, name) not in mapped)
+
+
+def native_lookaside(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A lookaside that runs ``fn`` natively on proxies, list items proxied first (Thunder's own torch lookaside)."""
+    return ensure_recursive_proxies(interpreter_needs_wrap(fn))
+
+
+def lookasides() -> dict[Callable[..., Any], Callable[..., Any]]:
+    """Interpreter lookasides, installed by :mod:`thunder_ext.host.patches`: each torch function (and each method's
+    dispatcher, which the torch language context hands out) runs its dispatcher natively on proxies, list items
+    proxied first — exactly how Thunder looks aside to its own torch symbols. The dispatcher records the operator
+    itself (no wrapping symbol), so the trace carries the operator's precise, per-parameter effects. In-place torch
+    functions and augmented assignments call the in-place method."""
+    table = {}
+    for op in _SUPPORTED:
+        lookaside = native_lookaside(op.dispatch)
+        table[op.torch_fn] = lookaside
+        if op.method is not None:
+            table[op.dispatch] = lookaside
+    for method in _DERIVED.values():
+        table[method] = native_lookaside(method)
+    for torch_fn, fn in DERIVED_FUNCTIONS.items():
+        table[torch_fn] = native_lookaside(fn)
+    for name in _INPLACE_FUNCTIONS:
+        table[getattr(torch, name)] = native_lookaside(_method_call(name))
+    for dunder, method_name in INPLACE_OPERATORS.items():
+        table[getattr(Proxy, dunder)] = native_lookaside(_inplace_operator(dunder, method_name))
+    return table
+
+
+def methods() -> dict[str, Callable[..., Any]]:
+    """``Tensor`` methods (name -> dispatcher) for the torch language context, installed by
+    :mod:`thunder_ext.host.patches`."""
+    table = {op.method: op.dispatch for op in _SUPPORTED if op.method is not None}
+    table.update(_DERIVED)
+    return table
+
+
+def _unmapped_foreach() -> Iterator[tuple[Callable[..., Any], Any]]:
+    for name in sorted(dir(torch)):
+        fn = getattr(torch, name)
+        if name.startswith(("_foreach_", "_fused_")) and fn not in TORCH_FUNCTION_MAP.get():
+            packet = getattr(torch.ops.aten, name, None)
+            if packet is not None:
+                yield fn, packet
+
+
+def _opaque_method_names() -> list[str]:
+    """Public in-place ``Tensor`` methods Thunder lacks that cannot be derived (random fills, ``fill_diagonal_``,
+    ...) and have an ATen op: they run as opaque torch calls. Metadata, autograd-state and sparse methods excluded."""
+    known = METHOD_TABLE.get()
+    return sorted(name for name in dir(torch.Tensor)
+                  if inplace_name(name) and name not in known and name not in _DERIVED
+                  and name not in METADATA_METHODS and name not in AUTOGRAD_STATE and "sparse" not in name
+                  and hasattr(torch.ops.aten, name))
+
+
+def _register_all() -> tuple[OpaqueTorchOp, ...]:
+    ops = [register_opaque(fn, packet) for fn, packet in _unmapped_foreach()]
+    ops += [opaque_method(name) for name in _opaque_method_names()]
+    return tuple(ops)
+
+
+def opaque_method(name: str) -> OpaqueTorchOp:
+    """``Tensor.<name>`` as an opaque torch call of ``aten.<name>`` (its dispatcher is the method)."""
+    return register_opaque(getattr(torch.Tensor, name), getattr(torch.ops.aten, name), method=name)
+
+
+_DERIVED = derived_methods()
+_SUPPORTED = _register_all()
+_INPLACE_FUNCTIONS = _inplace_functions()
+
+
+def supported() -> tuple[OpaqueTorchOp, ...]:
+    """Every torch function and method this module makes traceable."""
+    return _SUPPORTED
+
+
+def executors_with(executors: Sequence[Any] | None) -> list[Any]:
+    """``executors`` (default: Thunder's default executors) with :data:`executor` added at the end if missing."""
+    chosen = list(extend.get_default_executors() if executors is None else executors)
+    if not any(e is executor or e == EXECUTOR_NAME for e in chosen):
+        chosen.append(executor)
+    return chosen
+
+
+class OpaqueUnderAutogradError(NotImplementedError):
+    """An opaque torch call that autograd would have to differentiate (see :func:`refuse_under_autograd`)."""
+
+
+def refuse_under_autograd(computation: Any, differentiated: bool) -> None:
+    """Raise :class:`OpaqueUnderAutogradError` if ``computation`` (just acquired) will be differentiated
+    (``differentiated``) and calls an operator of this module that Thunder would have to differentiate: one with
+    a floating-point tensor operand, outside ``no_grad``, without a gradient rule — Thunder's own test: not
+    ``is_constant_for_vjp`` and not tagged constant (the no-grad operators of :func:`operator_for`, whose calls
+    have no outputs to mark as detached). Thunder would stop with "Failed to find a gradient transform"; the opaque
+    fallback has no derivative to offer yet."""
+    if not differentiated:
+        return
+    from thunder.core.transforms import augmented_forward_impls, is_constant_for_vjp
+
+    grad_rules = GRAD_TABLE.get()
+    for bsym in computation.bound_symbols:
+        sym = _operators.get(bsym.sym.name)
+        if sym is None or sym is not bsym.sym or sym.id in grad_rules or sym.id in augmented_forward_impls:
+            continue
+        if OpTags.TORCH_COMPILE_COMPLIANT_CUSTOM_OP not in (sym.tags or ()) and not is_constant_for_vjp(bsym):
+            raise OpaqueUnderAutogradError(
+                f"{sym.name} (an ATen op Thunder has no symbol for, run as an opaque torch call) inside a jitted "
+                "function that is differentiated (an argument requires grad): it has no gradient rule yet. Call it "
+                "under torch.no_grad() if it needs no gradient, outside the jitted function, or with a Thunder op "
+                "(e.g. index_add_ without alpha, source * alpha instead)."
+            )

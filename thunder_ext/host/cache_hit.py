@@ -1,0 +1,300 @@
+"""The cache-hit path of a ``thunder_ext.jit`` function: Thunder's ``fn_`` hit path in one frame.
+
+A cache hit of ``thunder.jit`` (lightning-thunder 0.2.6, ``thunder/__init__.py``) goes through eight layers before
+the computation runs — the call-statistics wrapper, ``fn_``, ``decorate_computation_function`` (which rebuilds the
+cache entry with ``_replace`` on every call), the host-execution timer, the language context, the cache-info
+context, ``populate_cache_info`` (whose aliasing check flattens the arguments with Thunder's pytree and builds
+three containers) and, per cache entry tried, ``compile_data_and_stats`` (a generator context manager) around the
+prologue's timer around the prologue. On a trivial function that is ~30 µs against ~2 µs eager.
+
+:func:`hit_path` makes the same decisions with the same generated prologues, inline:
+
+1. the cache-info dictionary the prologues check, built exactly as ``populate_cache_info`` builds it (default
+   dtype and device, autocast off, the run-time aliasing string of the flattened arguments, grad mode,
+   ``no_grad_sync`` off) — a call that would need its other branches (autocast on, a DDP/FSDP function) goes the
+   long way;
+2. every cache entry's *prologue* — Thunder's generated guard: argument count, every tensor's shape, device,
+   dtype and ``requires_grad``, constant values, module attributes, and the cache-info fields (aliasing
+   included) — newest first, under the compile data as Thunder runs it; the first that passes is the hit. The
+   prologue is Thunder's own code object, run with faster implementations of its five check operations
+   (:func:`guard`: the same decisions, without a message closure per check or ``str(device)`` per tensor);
+3. the computation, autograd connection, epilogue and grad-mode restore exactly as ``fn_`` does, with the same
+   statistics (``calls``, ``cache_hits``, ``last_traces``, ``last_prologue``...); an epilogue that only unpacks and
+   returns is called without its two mode decorators (:func:`plain_epilogue`).
+
+No entry passing (a recompile trigger), an empty cache, a call while Thunder traces, a cache option other than
+constant values, autocast, DDP/FSDP: the call goes to Thunder's own path (through :func:`thunder_ext.jit`'s
+wrapper), which runs the prologues again and compiles. So the fast path can only take a hit Thunder would take
+with the same entry: the prologues are the guards, the cache-info dictionary equals Thunder's
+(``tests/thunder_ext/test_call_path.py`` compares them), and everything else falls back.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import thunder
+from thunder.core.options import CACHE_OPTIONS
+from thunder.core.prims import PrimIDs
+from thunder.core.proxies import NumberProxy
+from thunder.core.pytree import tree_flatten
+from thunder.core.trace import get_tracectx
+from thunder.executors.torch_autograd import connect_to_autograd
+
+from .names import CACHE_INFO_CTX, CHECK_IMPLS, COMPILE_DATA_CTX
+
+__all__ = ["hit_path", "cache_info", "alias_string", "plain_epilogue", "guard", "GuardFailed"]
+
+_cache_info_ctx = CACHE_INFO_CTX.get()
+_compile_data = COMPILE_DATA_CTX.get()
+_Tensor = torch.Tensor
+_strided = torch.strided
+_CONSTANT_VALUES = CACHE_OPTIONS.CONSTANT_VALUES
+
+
+def alias_string(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """Thunder's ``_alias_tensor_of_args_kwargs``: the indices (in the flattened ``(args, kwargs)``) of plain
+    strided tensors sharing storage, ``,``-joined per group of two or more, groups ``-``-joined; ``""`` when
+    none. Arguments that are all plain tensors are their own flattening (no pytree walk)."""
+    if kwargs or not all(type(a) is _Tensor for a in args):
+        flat, _ = tree_flatten((args, kwargs))
+    else:
+        flat = args
+    if len(flat) < 2:
+        return ""
+    groups: dict[int, list[int]] = {}
+    shared = False
+    for idx, t in enumerate(flat):
+        if type(t) is _Tensor and t.layout is _strided:
+            ptr = t.untyped_storage().data_ptr()
+            group = groups.get(ptr)
+            if group is None:
+                groups[ptr] = [idx]
+            else:
+                group.append(idx)
+                shared = True
+    if not shared:
+        return ""
+    return "-".join(",".join(map(str, g)) for g in groups.values() if len(g) > 1)
+
+
+_len_function_modes = torch._C._len_torch_function_stack
+_CPU = torch.device("cpu")
+
+
+def default_device() -> torch.device:
+    """``torch.get_default_device()``, without its imports and generator when no function mode (a
+    ``DeviceContext`` among them) is active and no global device context is set: then it is ``cpu``."""
+    if _len_function_modes() == 0 and getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None) is None:
+        return _CPU
+    return torch.get_default_device()
+
+
+def cache_info(cd: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The dictionary ``populate_cache_info`` fills for this call (and ``cd.is_grad_enabled`` set as it sets it),
+    or ``None`` where that needs its other branches (autocast on; a DDP or FSDP function)."""
+    if torch.is_autocast_enabled() or torch.is_autocast_enabled("cpu"):  # is_autocast_cpu_enabled, undeprecated
+        return None
+    fn = cd.fn
+    if getattr(fn, "use_ddp", False) or getattr(fn, "use_fsdp", False):
+        return None
+    info: dict[str, Any] = {
+        "default_dtype": torch.get_default_dtype(),
+        "default_device": default_device(),
+        "is_autocast_enabled": False,
+    }
+    if not cd.compile_options.get("skip_inplace_alias_updates", False):
+        info["alias_tensor_indices"] = alias_string(args, kwargs)
+    grad = torch.is_grad_enabled()
+    info["is_grad_enabled"] = grad
+    cd.is_grad_enabled = grad
+    info["no_grad_sync"] = False
+    return info
+
+
+class GuardFailed(Exception):
+    """A check of a prologue (run by :func:`hit_path`) failed: this cache entry does not apply."""
+
+
+_devices: dict[str, torch.device] = {}
+_int_shapes: dict[int, tuple[tuple[Any, ...], bool]] = {}  # id(shape constant) -> (it, all plain ints)
+
+
+def _check_tensor_metadata(t: Any, shape: tuple[Any, ...], device: str, dtype: torch.dtype,
+                           requires_grad: bool) -> None:
+    """``pythonex._check_tensor_shape_and_metadata_impl`` decided the same way, faster: a tensor, of that rank and
+    sizes (a ``NumberProxy`` size matches any), on that device (``torch.device`` equality, which is equality of
+    the strings Thunder compares), with that dtype and ``requires_grad``."""
+    if not isinstance(t, _Tensor) or t.dtype != dtype or t.requires_grad != requires_grad:
+        raise GuardFailed
+    dev = _devices.get(device)
+    if dev is None:
+        dev = _devices[device] = torch.device(device)
+    if t.device != dev:
+        raise GuardFailed
+    known = _int_shapes.get(id(shape))
+    if known is None or known[0] is not shape:
+        known = _int_shapes[id(shape)] = (shape, type(shape) is tuple and all(type(d) is int for d in shape))
+    if known[1]:
+        if t.shape != shape:
+            raise GuardFailed
+    elif len(t.shape) != len(shape) or not all(isinstance(r, NumberProxy) or x == r
+                                               for x, r in zip(t.shape, shape, strict=True)):
+        raise GuardFailed
+
+
+def _check_len(seq: Any, length: int, /) -> None:
+    if len(seq) != length:
+        raise GuardFailed
+
+
+def _check_literal_like(p: Any, v: Any, /) -> None:
+    if not p == v:
+        raise GuardFailed
+
+
+def _check_number_type_and_value(n: Any, v: Any) -> None:
+    if not (type(n) == type(v) and (n == v or (n != n and v != v))):  # noqa: E721 - Thunder's exact test
+        raise GuardFailed
+
+
+def _check_string_value(s: Any, value: Any) -> None:
+    if not s == value:
+        raise GuardFailed
+
+
+_CHECKS: tuple[Callable[..., Any], ...] = (_check_tensor_metadata, _check_len, _check_literal_like,
+                                           _check_number_type_and_value, _check_string_value)
+_FAST_CHECKS: dict[Any, Callable[..., Any]] = {
+    impl.get(): fast for impl, fast in zip(CHECK_IMPLS, _CHECKS, strict=True)
+}
+"""Thunder's implementations of the prologue checks -> the same decisions without ``utils.check``'s message
+closures or ``str(device)`` per tensor (``tests/thunder_ext/test_call_path.py`` compares them on every case)."""
+
+
+def guard(entry: Any) -> Callable[..., Any]:
+    """The prologue of a cache entry as the hit path runs it: Thunder's generated function (the same code object,
+    taken from inside the timer ``thunder.jit`` wraps it in) with its check implementations swapped for
+    :data:`_FAST_CHECKS` in a copy of its globals; ``entry.prologue_fn`` itself when the function cannot be found
+    there."""
+    timed = entry.prologue_fn
+    inner = [c.cell_contents for c in (getattr(timed, "__closure__", None) or ())
+             if isinstance(c.cell_contents, types.FunctionType)]
+    if len(inner) != 1 or inner[0].__closure__ is not None:
+        return timed
+    pro = inner[0]
+    scope = dict(pro.__globals__)
+    swapped = False
+    for name, value in scope.items():
+        fast = _FAST_CHECKS.get(value) if callable(value) else None
+        if fast is not None:
+            scope[name] = fast
+            swapped = True
+    if not swapped:
+        return pro
+    return types.FunctionType(pro.__code__, scope, pro.__name__, pro.__defaults__, None)
+
+
+_PACKING = frozenset((PrimIDs.UNPACK_TRIVIAL, PrimIDs.RETURN))
+
+
+def plain_epilogue(entry: Any) -> Callable[..., Any]:
+    """The epilogue to call for a cache entry: the generated function itself, without its ``torch.no_grad`` and
+    ``no_autocast`` decorators, when its trace only unpacks and returns (no tensor op runs, so neither mode can
+    matter, and the computation's own ``no_autocast`` already put the autocast flags where the decorators would);
+    else the decorated ``entry.epilogue_fn``."""
+    epilogue = entry.epilogue_fn
+    traces = entry.epilogue_traces
+    if traces and all(b.sym.id in _PACKING for b in traces[-1].bound_symbols):
+        return inspect.unwrap(epilogue)
+    return epilogue
+
+
+def hit_path(jfn: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
+    """A callable that runs a cache hit of the ``thunder.jit`` function ``jfn`` in one frame (see the module
+    docstring) and everything else through ``slow`` (which calls ``jfn``). Holds ``jfn``'s compile data and
+    statistics weakly, as Thunder does (a module's compile data maps back to the module)."""
+    cd = thunder.compile_data(jfn)
+    weak_cd, weak_cs = weakref.ref(cd), weakref.ref(thunder.compile_stats(jfn))
+    differentiable = cd.compile_options.get("is_differentiable_outputs", None)
+    split = cd.compile_options.get("thunderfx_disable_split_autograd", False)
+    del cd
+    set_grad_enabled = torch.set_grad_enabled
+    perf_counter_ns = time.perf_counter_ns
+    epilogues: dict[int, tuple[Any, Callable[..., Any]]] = {}  # id(epilogue_fn) -> (it, what to call)
+    guards: dict[int, tuple[Any, Callable[..., Any]]] = {}  # id(prologue_fn) -> (it, guard(entry))
+
+    @functools.wraps(slow)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        cd, cs = weak_cd(), weak_cs()
+        if cd is None or cs is None or not cs.interpreter_cache or cd.cache_option is not _CONSTANT_VALUES:
+            return slow(*args, **kwargs)
+        if get_tracectx() is not None:  # called while Thunder traces: Thunder inlines the function
+            return slow(*args, **kwargs)
+        info = cache_info(cd, args, kwargs)
+        if info is None:
+            return slow(*args, **kwargs)
+        entry = None
+        info_token = _cache_info_ctx.set(info)
+        cd_token = _compile_data.set((cd, cs))
+        try:
+            for candidate in reversed(cs.interpreter_cache):
+                checked = guards.get(id(candidate.prologue_fn))
+                if checked is None or checked[0] is not candidate.prologue_fn:
+                    checked = guards[id(candidate.prologue_fn)] = (candidate.prologue_fn, guard(candidate))
+                try:
+                    inps, pro_to_epi = checked[1](*args, **kwargs)
+                except Exception:
+                    continue
+                entry = candidate
+                break
+        finally:
+            _compile_data.reset(cd_token)
+            _cache_info_ctx.reset(info_token)
+        if entry is None:  # a recompile trigger: Thunder's path checks again and compiles
+            return slow(*args, **kwargs)
+        cs.calls += 1
+        cs.last_trace_host_start = perf_counter_ns()
+        cs.cache_hits += 1
+        cs.last_traces = entry.computation_traces
+        cs.last_interpreted_instructions = None
+        cs.last_interpreter_log = None
+        cs.last_prologue_traces = entry.prologue_traces
+        cs.last_prologue = entry.prologue_fn
+        cs.last_prologue_transformation_start = cs.last_prologue_transformation_stop = 0
+        cs.last_computation_transformation_start = cs.last_computation_transformation_stop = 0
+        try:
+            computation = entry.computation_fn
+            result = computation(*inps)
+            if entry.backward_fn:
+                data_for_autograd, (saved_tensors, saved_other) = result
+                connect_to_autograd(
+                    backward_fn=entry.backward_fn,
+                    flat_args=data_for_autograd["flat_args"],
+                    flat_output=data_for_autograd["flat_output"],
+                    saved_tensors=saved_tensors,
+                    saved_other=saved_other,
+                    return_none_instead_of_grads=entry.return_none_instead_of_grads,
+                    disable_split_autograd=split,
+                    is_differentiable_outputs=differentiable,
+                )
+                result = data_for_autograd["output"]
+            found = epilogues.get(id(entry.epilogue_fn))
+            if found is None or found[0] is not entry.epilogue_fn:
+                found = epilogues[id(entry.epilogue_fn)] = (entry.epilogue_fn, plain_epilogue(entry))
+            result = found[1](*pro_to_epi, *result)
+            set_grad_enabled(cd.is_grad_enabled)
+            cs.last_computation = computation
+            return result
+        finally:
+            cs.last_trace_host_stop = perf_counter_ns()
+
+    return call
