@@ -43,13 +43,11 @@ import thunder
 import thunder.extend as extend
 from thunder.core.module import ThunderModule
 
-from .host import patches, state
+from . import compilation
 from .declare import opaque_torch
-from .host.names import FORWARD_FN
-from .passes.certificate import CollectiveCertificate
+from .host import patches, state
 from .host.cache_hit import hit_path
-from .passes.inplace_kernels import Reinplace
-from .passes.trace_verification import EffectVerification, verify_jitted
+from .host.names import FORWARD_FN
 
 __all__ = ["jit", "install", "uninstall", "enabled"]
 
@@ -91,8 +89,8 @@ def _held(call: Callable[..., Any], jfn: Any, verify: bool) -> Callable[..., Any
             result = call(*args, **kwargs)
         finally:
             compiled = leave()
-        if verify and compiled:
-            verify_jitted(jfn)
+        if compiled:
+            compilation.on_compiled(jfn, verify)
         return result
 
     return run
@@ -105,7 +103,7 @@ def _rewrap(jfn: Any) -> Any:
     if cd is None or not cd.compile_options.get(state.OPTION):
         return jfn
     transforms = getattr(cd, "transforms", None) or ()  # set by thunder.jit, not a declared CompileData field
-    return _hold_calls(jfn, any(isinstance(t, EffectVerification) for t in transforms))
+    return _hold_calls(jfn, compilation.verifies(transforms))
 
 
 def _hold_calls(jfn: Any, verify: bool) -> Any:
@@ -129,13 +127,8 @@ def jit(
     (:mod:`thunder_ext.passes.certificate`). Every other keyword goes to ``thunder.jit`` unchanged.
     """
     skip_alias_updates = kwargs.pop("skip_inplace_alias_updates", True)
-    transforms = list(kwargs.pop("transforms", None) or [])
-    if reinplace and not any(isinstance(t, Reinplace) for t in transforms):
-        transforms.append(Reinplace())
-    if verify:
-        transforms.append(EffectVerification())
-    if certify_collectives:
-        transforms.append(CollectiveCertificate())  # last: it certifies what every other pass left
+    transforms = compilation.transforms(list(kwargs.pop("transforms", None) or []), reinplace=reinplace,
+                                        verify=verify, certify_collectives=certify_collectives)
     kwargs["executors"] = opaque_torch.executors_with(kwargs.get("executors"))
     kwargs[state.OPTION] = True
     kwargs[state.OPTION_ALIAS_UPDATES] = not skip_alias_updates

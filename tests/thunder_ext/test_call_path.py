@@ -16,6 +16,8 @@ import torch  # noqa: E402
 import thunder_ext  # noqa: E402
 import thunder  # noqa: E402
 from thunder_ext.host import patches as _patches  # noqa: E402
+from thunder_ext import compilation  # noqa: E402
+from thunder_signatures import EXPECTED_PARAMETERS  # noqa: E402
 
 jit_mod = importlib.import_module("thunder_ext.jit")  # `thunder_ext.jit` the attribute is the function
 
@@ -42,7 +44,7 @@ def test_bound_and_hooked_targets_are_pinned(patch: _patches.Patch) -> None:
     expected = (patch.original, patch.replacement) if patch in _HOOKS else (patch.original,)
     assert any(patch.current() is f for f in expected), f"{patch.where} changed; update _patches.py"
     params = tuple(inspect.signature(patch.original).parameters)
-    assert params == _patches.EXPECTED_PARAMETERS[patch.name], f"{patch.where} changed its parameters"
+    assert params == EXPECTED_PARAMETERS[patch.name], f"{patch.where} changed its parameters"
     stand_in = tuple(inspect.signature(patch.replacement).parameters)
     assert stand_in == (params if patch in _HOOKS else ("original", *params))
 
@@ -100,7 +102,7 @@ def test_a_failed_compilation_releases_its_hold() -> None:
 
 def test_verify_runs_after_each_compilation_only(monkeypatch: pytest.MonkeyPatch) -> None:
     verified: list[object] = []
-    monkeypatch.setattr(jit_mod, "verify_jitted", verified.append)
+    monkeypatch.setattr(compilation, "verify_jitted", verified.append)
     jfn = thunder_ext.jit(lambda a: a.add_(1), executors=["torch"], verify=True)
     jfn(torch.ones(2))
     jfn(torch.ones(2))

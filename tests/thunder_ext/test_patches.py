@@ -9,7 +9,9 @@ import pytest
 pytest.importorskip("thunder")
 
 import thunder_ext  # noqa: E402,F401
+from thunder_ext import compilation  # noqa: E402
 from thunder_ext.host import patches as _patches, state  # noqa: E402
+from thunder_signatures import EXPECTED_PARAMETERS  # noqa: E402
 
 
 @pytest.mark.parametrize("patch", _patches.PATCHES, ids=lambda p: p.where)
@@ -24,17 +26,17 @@ def test_target_is_the_expected_thunder_function(patch):
                          ids=lambda p: p.where)
 def test_signature_is_pinned(patch):
     # a new module attribute (ABSENT) shadows a builtin there: pin the builtin's signature
-    original = _patches.STAND_INS[patch.name][0] if patch.original is _patches.ABSENT else patch.original
+    original = compilation.STAND_INS[patch.name][0] if patch.original is _patches.ABSENT else patch.original
     params = tuple(inspect.signature(original).parameters)
-    assert params == _patches.EXPECTED_PARAMETERS[patch.name], f"{patch.where} changed its parameters"
+    assert params == EXPECTED_PARAMETERS[patch.name], f"{patch.where} changed its parameters"
     replacement = tuple(inspect.signature(patch.replacement).parameters)
     assert replacement == params, f"replacement of {patch.where} must take the same parameters"
 
 
-@pytest.mark.parametrize("name", sorted(_patches.STAND_INS))
+@pytest.mark.parametrize("name", sorted(compilation.STAND_INS))
 def test_every_stand_in_takes_the_original_then_its_parameters(name):
-    original, stand_in = _patches.STAND_INS[name]
-    assert tuple(inspect.signature(stand_in).parameters) == ("original", *_patches.EXPECTED_PARAMETERS[name])
+    original, stand_in = compilation.STAND_INS[name]
+    assert tuple(inspect.signature(stand_in).parameters) == ("original", *EXPECTED_PARAMETERS[name])
     assert all(p.original in (original, _patches.ABSENT) for p in _patches.PATCHES if p.name == name)
 
 
@@ -93,3 +95,10 @@ def test_apply_refuses_an_entry_someone_else_added():
     finally:
         del entry.owner[entry.name]
     assert not _patches.applied()
+
+
+def test_the_patches_put_every_step_of_the_compilation_in_place_and_nothing_else():
+    """:mod:`thunder_ext.compilation` says what replaces what; the patch module only says where: every patched
+    function is a stand-in of the compilation's table, and every stand-in is patched somewhere."""
+    functions = {p.name for p in _patches.PATCHES if not isinstance(p.owner, dict)}
+    assert functions == set(compilation.STAND_INS)

@@ -1,0 +1,235 @@
+"""A compilation, step by step: every step thunder-effects adds to a Thunder compilation, in the order it runs.
+
+Thunder 0.2.6 has no extension points for most of what the effect pipeline changes, so the steps run inside
+Thunder's own order (``thunder/__init__.py``, a cache miss of ``get_computation_and_inputs``), at the points Thunder
+calls: each is a *stand-in* that receives Thunder's original first (:data:`STAND_INS`, in the order a compilation
+reaches them), or a step this module calls itself (:func:`acquire`, :func:`transforms`, :func:`on_compiled`).
+:mod:`thunder_ext.host.patches` only installs and removes what this module lists; :mod:`thunder_ext.jit` only
+configures. One ``thunder_ext.jit(fn, executors=["torchcompile"])`` call that misses the cache:
+
+====  ==========================================  ==================================================================
+step  Thunder's point                             what thunder-effects does there
+====  ==========================================  ==================================================================
+1     ``thunder.jit``                             options, executors (``jit``) and the post-optimization
+                                                  transforms in order (:func:`transforms`)
+2     ``thunder_general_jit``: the interpreter    :func:`acquire`; the interpreter answers Python state as eager
+                                                  (:func:`interpreter_tables`: lookasides, ``Tensor`` methods and
+                                                  properties; ``interpreter.wrap``), ``_copy_`` keeps eager's
+                                                  result types
+3     ``thunder_general_jit``: prologue, epilogue  ``unpack_inputs``, ``sorted``, the input names (paths through
+                                                  tensor keys), ``build_value_from_wrapped`` and
+                                                  ``process_recorded_modifications``: one epilogue writes back every
+                                                  piece of Python state (``python_state``)
+4     after acquisition                           :data:`AFTER_ACQUISITION`, in order: hooks placed, refusals,
+                                                  argument aliasing guarded and placed, functionalization for
+                                                  autograd
+5     ``insert_alias_updates``                    the run's input aliases recorded (no SSA threading)
+6     ``dce``, ``grad_transform_on_trace``        effect-aware DCE; Thunder's gradient rules fixed
+                                                  (:func:`gradient_tables`, ``put_grads``)
+7     ``sort_waits``                              Thunder's wait schedule where the effect graph allows
+8     ``transform_for_execution``: fusion         partition (``fuse_bound_symbols``), ``can_fuse``, ``Region``,
+                                                  ``fuse``, remat (``rematerialize``, ``find_cut``), the fusion
+                                                  call-context cache
+9     ``split_into_forward_and_backward``         side effects of the forward stay in the forward
+10    post-optimization transforms                CUDA graphs (the runner stand-ins), then :func:`transforms`:
+                                                  ``Reinplace``, ``EffectVerification``, ``CollectiveCertificate``
+11    the first call returns                      :func:`on_compiled`: the patches' holds released, traces verified
+====  ==========================================  ==================================================================
+
+A cache hit runs none of this: :func:`thunder_ext.host.cache_hit.hit_path`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import thunder.core.jit_ext as jit_ext
+import thunder.core.interpreter as interpreter
+import thunder.core.rematerialization as remat_mod
+import thunder.core.transform_common as transform_common
+import thunder.core.transforms as thunder_transforms
+import thunder.core.update_aliases as update_aliases_mod
+import thunder.executors.data_dependent_partition as ddp
+import thunder.executors.torch_compile as torch_compile
+import thunder.executors.utils as executor_utils
+import thunder.transforms.autodiff as autodiff
+import thunder.transforms.cudagraph as cudagraph
+import torch.distributed
+
+from .declare import opaque_torch
+from .eager import batch_norm, eager_checks, optimizers, overloads, profiler, seeding
+from .eager.grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
+from .host import fast, state
+from .host.names import LTORCH_COPY, NAME_POSTFIX, UPDATE_FUSION_CALL_CTX
+from .passes import cudagraph as effect_cudagraph, functionalize, pipeline, split
+from .passes.certificate import CollectiveCertificate
+from .passes.inplace_kernels import Reinplace
+from .passes.trace_verification import EffectVerification, verify_jitted
+from .python_state import (arguments, dict_state, interpreter_state, module_state, object_state, rebinding, referents,
+                           state_epilogue, tensor_attributes, tensor_hooks)
+
+__all__ = ["STAND_INS", "AFTER_ACQUISITION", "acquire", "InterpreterTables", "interpreter_tables", "gradient_tables",
+           "transforms", "verifies", "on_compiled", "dist_utils"]
+
+
+def _distributed_utils() -> Any | None:
+    """``thunder.distributed.utils`` (whose ``sort_waits`` is a step); None without ``torch.distributed``."""
+    if not torch.distributed.is_available():
+        return None
+    import thunder.distributed.utils as dist_utils
+
+    return dist_utils
+
+
+dist_utils = _distributed_utils()
+
+
+STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    # 2-3: acquisition (the interpreter, then the prologue and epilogue it builds)
+    "wrap": (interpreter.wrap, object_state.shared_wrapper),
+    LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
+    "unpack_inputs": (jit_ext.unpack_inputs, tensor_attributes.unpack_inputs),
+    "sorted": (sorted, dict_state.sorted_by_proxy_names),
+    NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
+    "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
+    "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),
+    # 5-6: input aliases, DCE, gradients
+    "insert_alias_updates": (update_aliases_mod.insert_alias_updates, state.record_input_aliases),
+    "dce": (transform_common.dce, pipeline.dce),
+    "put_grads": (thunder_transforms.put_grads, put_grads),
+    # 7-8: wait schedule, fusion, rematerialization
+    **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),
+    "fuse_bound_symbols": (ddp.fuse_bound_symbols, pipeline.fuse_bound_symbols),
+    "can_fuse": (torch_compile.TorchCompileExecutor.can_fuse, pipeline.can_fuse),
+    "Region": (executor_utils.Region, fast.region),
+    "fuse": (torch_compile.TorchCompileExecutor.fuse, pipeline.fuse),
+    "rematerialize": (remat_mod.rematerialize, pipeline.rematerialize),
+    "find_cut": (remat_mod.find_cut, pipeline.find_cut),
+    UPDATE_FUSION_CALL_CTX.name: (UPDATE_FUSION_CALL_CTX.get(), fast.update_fusion_call_ctx),
+    # 9-10: the autograd split, CUDA graphs
+    "split_into_forward_and_backward": (autodiff.split_into_forward_and_backward,
+                                        split.split_into_forward_and_backward),
+    "transform_trace_post_optimization": (cudagraph.CUDAGraphTransform.transform_trace_post_optimization,
+                                          effect_cudagraph.transform_trace_post_optimization),
+}
+"""Thunder function (by name) -> (the original, its stand-in), in the order a compilation reaches them. Each
+stand-in takes the original first, then the original's parameters."""
+
+
+@dataclass(frozen=True, slots=True)
+class InterpreterTables:
+    """What the interpreter and the torch language context answer besides Thunder's own entries."""
+
+    lookasides: Mapping[Any, Callable[..., Any]]
+    """Function -> its lookaside."""
+    methods: Mapping[str, Any]
+    """New ``Tensor`` methods by name."""
+    replaced_methods: Mapping[str, tuple[Any, Callable[..., Any]]]
+    """Thunder's ``Tensor`` methods that check the call binds first: name -> (Thunder's, the replacement)."""
+    properties: Mapping[str, Callable[..., Any]]
+    """New ``Tensor`` properties by name."""
+
+
+def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]]) -> InterpreterTables:
+    """Steps 2-3: the interpreter's and the language context's new entries. ``lookaside_map`` is Thunder's table (a
+    lookaside may wrap the entry it replaces)."""
+    object_setattr = module_state.synced_setattr(interpreter_state.owned_setattr(lookaside_map[object.__setattr__]))
+    added = (opaque_torch.lookasides() | interpreter_state.lookasides() | seeding.lookasides()
+             | overloads.lookasides(lookaside_map) | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
+             | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
+             | module_state.lookasides() | referents.lookasides() | object_state.lookasides()
+             | tensor_hooks.lookasides())
+    added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
+    methods = opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods() | tensor_attributes.methods()
+    return InterpreterTables(added, methods, overloads.methods(), optimizers.properties())
+
+
+def gradient_tables() -> tuple[Mapping[Any, Any], Mapping[Any, Callable[[Any], Any]]]:
+    """Step 6: gradient rules Thunder finds only on the torch executor (new grad-table entries by symbol id), and
+    fixes of its backward rules (symbol id -> fix of Thunder's rule)."""
+    return GRAD_FIXES, BACKWARD_FIXES
+
+
+def acquire(original: Callable[..., Any], fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any,
+            ad_hoc_executor: Any) -> Any:
+    """Steps 2-4: Thunder's acquisition (``thunder_general_jit``, the interpreter asked for tensor leafness
+    recorded), then, while the pipeline is active, :data:`AFTER_ACQUISITION` on its traces."""
+    with interpreter_state.asking_leaves() as leaves_asked:
+        results = original(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
+    if not state.active():
+        return results
+    call = _Call(fn, args, kwargs, leaves_asked)
+    for step in AFTER_ACQUISITION:
+        results = step(results, call) or results
+    return results
+
+
+class _Call:
+    """What the steps after acquisition know of the call that compiles: its function and arguments, the tensor
+    leafness the trace asked, and (once :func:`_place_aliases` ran) each argument's tensor and the alias groups."""
+
+    def __init__(self, fn: Any, args: Any, kwargs: Any, leaves_asked: list[Any]) -> None:
+        self.fn, self.args, self.kwargs, self.leaves_asked = fn, args, kwargs, leaves_asked
+        self.tensors: Mapping[str, Any] = {}
+        self.aliases: tuple[frozenset[str], ...] = ()
+
+
+def _refuse_untraceable(results: Any, call: _Call) -> None:
+    """Hooks placed, then what the trace cannot honour refused with a typed error: stale tensor references after a
+    metadata change, and seeding, metadata changes and ops without a derivative under autograd."""
+    computation = results.computation_trace
+    tensor_hooks.place_hooks(computation)
+    rebinding.check_stale_reads(computation)
+    seeding.refuse_under_autograd(computation)
+    rebinding.refuse_under_autograd(computation)
+    opaque_torch.refuse_under_autograd(computation, functionalize.differentiated(computation))
+
+
+def _place_aliases(results: Any, call: _Call) -> None:
+    """The call's value of every argument (weak references resolved in the prologue first), the leafness the trace
+    asked guarded, the alias groups by storage placed for every later pass and guarded in the prologue."""
+    referents.resolve_in_prologue(results.prologue_trace)  # before the prologue's unpacking is replayed
+    call.tensors = arguments.argument_tensors(results.prologue_trace, results.computation_trace, call.fn, call.args,
+                                              call.kwargs)
+    interpreter_state.guard_leaves(results, call.tensors, call.leaves_asked)
+    call.aliases = arguments.alias_groups_of(call.tensors)
+    state.place_input_aliases(call.aliases)
+    eager_checks.guard_aliasing(results, call.tensors)
+
+
+def _functionalize(results: Any, call: _Call) -> Any:
+    """A differentiated compilation's computation without writes (the autograd split sees dataflow)."""
+    return functionalize.after_acquire(results, call.aliases)
+
+
+AFTER_ACQUISITION: tuple[Callable[[Any, _Call], Any], ...] = (_refuse_untraceable, _place_aliases, _functionalize)
+"""Step 4, in order: eager's errors first; differentiated compilations then see the trace without writes. Each
+step takes the acquisition's results and the call, and returns new results or ``None`` (unchanged)."""
+
+
+def transforms(given: list[Any], *, reinplace: bool, verify: bool, certify_collectives: bool) -> list[Any]:
+    """Step 10: the post-optimization transforms a ``thunder_ext.jit`` function adds after the user's ``given``
+    ones, in order: in-place kernels, verification, and last the collective certificate (it certifies what every
+    other pass left)."""
+    added = list(given)
+    if reinplace and not any(isinstance(t, Reinplace) for t in added):
+        added.append(Reinplace())
+    if verify:
+        added.append(EffectVerification())
+    if certify_collectives:
+        added.append(CollectiveCertificate())
+    return added
+
+
+def verifies(transforms_: Sequence[Any]) -> bool:
+    """Whether a compiled function's transforms include trace verification (:func:`on_compiled` runs it)."""
+    return any(isinstance(t, EffectVerification) for t in transforms_)
+
+
+def on_compiled(jfn: Any, verify: bool) -> None:
+    """Step 11, after the call that compiled returns: every trace of the compilation checked against the first when
+    ``verify`` (:func:`thunder_ext.passes.trace_verification.verify_jitted`)."""
+    if verify:
+        verify_jitted(jfn)
