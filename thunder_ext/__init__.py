@@ -35,7 +35,8 @@ _REGISTRATIONS = declarations.register(effects.default_registry())
 
 from .passes import functionalize  # noqa: E402,F401  (declares its write-back operator at import)
 from .passes.certificate import CollectiveOrderError  # noqa: E402
-from .passes.cudagraph import CudaGraphFallback, CudaGraphReport, RegionReport, cuda_graph_report  # noqa: E402
+from .passes.cudagraph import CudaGraphFallback  # noqa: E402
+from .passes.cudagraph_report import CudaGraphReport, RegionReport, cuda_graph_report  # noqa: E402
 from .declare.declarations import coverage  # noqa: E402
 from .declare.honesty import CheckEffects, check_executor  # noqa: E402
 from .jit import enabled, install, jit, uninstall  # noqa: E402

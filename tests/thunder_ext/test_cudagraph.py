@@ -363,7 +363,7 @@ def test_a_view_of_a_static_parameter_shares_its_static_base(cuda_graphs):
 
 
 def test_storage_layout_patterns():
-    from thunder_ext.passes.cudagraph import storage_layout
+    from thunder_ext.passes.static_buffers import storage_layout
 
     x, y = torch.arange(16.0).reshape(4, 4), torch.ones(4)
     assert storage_layout([x, y, 2.0]).pattern == () and storage_layout([x, x.t()]).groups == ((0, 1),)

@@ -22,7 +22,7 @@ import torch
 import thunder_ext
 from effects import Const
 from effects.testing.vocab import opaque_axpy_
-from thunder_ext.passes import inductor_guard
+from thunder_ext.passes import inductor_facts, inductor_guard
 
 Shapes = Sequence[tuple[int, ...]]
 
@@ -389,7 +389,7 @@ def test_guard_applies_to_torch_compile_executors_only():
     ("torch.clone", "clone"),
 ])
 def test_op_name(op, name):
-    assert inductor_guard.op_name(op) == name
+    assert inductor_facts.op_name(op) == name
 
 
 def test_effects_on_an_operand_the_call_leaves_out():
