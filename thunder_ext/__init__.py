@@ -40,6 +40,7 @@ from .passes.cudagraph_report import CudaGraphReport, RegionReport, cuda_graph_r
 from .declare.declarations import coverage  # noqa: E402
 from .declare.honesty import CheckEffects, check_executor  # noqa: E402
 from .jit import enabled, install, jit, uninstall  # noqa: E402
+from .options import JitArgumentError  # noqa: E402
 from .declare.keys import impl_key, key_of  # noqa: E402
 from .declare.plugin import (  # noqa: E402
     DroppedEffectError,
@@ -56,7 +57,7 @@ __all__ = [
     # users
     "jit", "install", "uninstall", "enabled", "EffectVerification", "verify_jitted", "Reinplace", "coverage",
     "key_of", "impl_key", "CollectiveOrderError", "cuda_graph_report", "CudaGraphReport", "RegionReport",
-    "CudaGraphFallback",
+    "CudaGraphFallback", "JitArgumentError",
     # executor authors
     "OperatorExecutor", "register_operator", "register_implementation", "declare_effects", "check_executor",
     "CheckEffects", "DroppedEffectError",

@@ -36,7 +36,7 @@ transforms, which checks the trace after all optimizations against the trace Thu
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import thunder
@@ -48,6 +48,7 @@ from .declare import opaque_torch
 from .host import patches, state
 from .host.cache_hit import hit_path
 from .host.names import FORWARD_FN
+from .options import check_jit_arguments
 
 __all__ = ["jit", "install", "uninstall", "enabled"]
 
@@ -117,16 +118,23 @@ def _hold_calls(jfn: Any, verify: bool) -> Any:
 
 def jit(
     fn: Callable[..., Any], /, *, verify: bool = False, reinplace: bool = True, certify_collectives: bool = True,
-    **kwargs: Any,
+    compile_options: Mapping[str, Any] | None = None, **kwargs: Any,
 ) -> Callable[..., Any]:
     """``thunder.jit(fn, **kwargs)`` with the effect pipeline (see the module docstring).
 
     ``skip_inplace_alias_updates`` (default ``True``) controls ``update_aliases`` threading; ``reinplace`` runs
     torch-executor ``op`` + ``copy_`` pairs in place where safe; ``verify`` turns on trace verification;
     ``certify_collectives`` compares every compilation's collective order across ranks
-    (:mod:`thunder_ext.passes.certificate`). Every other keyword goes to ``thunder.jit`` unchanged.
+    (:mod:`thunder_ext.passes.certificate`). Every other keyword goes to ``thunder.jit``; ``compile_options`` are
+    compile options for executors this package does not know, passed on unchecked.
+
+    Raises:
+        JitArgumentError: an argument that cannot be right (:mod:`thunder_ext.options`), named with the fix.
     """
     skip_alias_updates = kwargs.pop("skip_inplace_alias_updates", True)
+    check_jit_arguments(fn, {"verify": verify, "reinplace": reinplace, "certify_collectives": certify_collectives,
+                             "skip_inplace_alias_updates": skip_alias_updates}, kwargs)
+    kwargs.update(compile_options or {})
     transforms = compilation.transforms(list(kwargs.pop("transforms", None) or []), reinplace=reinplace,
                                         verify=verify, certify_collectives=certify_collectives)
     kwargs["executors"] = opaque_torch.executors_with(kwargs.get("executors"))
