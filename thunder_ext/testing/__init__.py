@@ -8,6 +8,14 @@ A program Thunder itself cannot trace is not a bug of the effect pipeline: when 
 running and stock ``thunder.jit`` fails with the same error, :func:`check_jit` raises :class:`ThunderUnsupported`
 (fuzzers count those and move on); any other failure or difference raises :class:`effects.testing.Mismatch` with
 the program printed as runnable Python. Needs the ``test`` extra (Hypothesis) for :mod:`effects.testing`.
+
+Beside it, what the tests and the benchmarks both check ``thunder_ext.jit`` against:
+
+* :mod:`.eager_semantics` — the eager-semantics catalog, the specification of where eager raises or rounds
+  (its format in :mod:`.catalog`, its programs in :mod:`.inplace_programs` and :mod:`.state_programs`), and
+  how a compiled call is compared with eager's;
+* :mod:`.models` — four in-place models (BatchNorm training, KV-cache decoder, Adam step, residual MLP) that
+  check a compiler against eager, outputs and every mutated tensor.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import thunder
 import effects
 from effects.testing import Case, Mismatch, execute, functional_reference, to_python_function
 
-from .jit import jit
+from ..jit import jit
 
 __all__ = ["ThunderUnsupported", "check_jit", "check_jit_grad"]
 
