@@ -9,8 +9,8 @@ Per call (cache hits), on CPU with one thread:
   p.add_(buf, alpha=-lr)``, 300 in-place ops on 300 list arguments): an optimizer step over many small tensors,
   where the guards over every argument dominate. (``torch.optim.sgd.sgd(..., foreach=False)`` computes the same
   step but took stock Thunder over 7 minutes to trace here, so the loop is written out.)
-* the demo models of :mod:`examples.models` (``cnn_bn``, ``kv_decoder``, ``adam``, ``residual_mlp``) at the sizes
-  given by ``--model-sizes`` (default ``tiny``: overhead-bound; ``small`` where the kernels start to matter).
+* the demo models of :mod:`thunder_ext.testing.models` (``cnn_bn``, ``kv_decoder``, ``adam``, ``residual_mlp``) at
+  the sizes given by ``--model-sizes`` (default ``tiny``: overhead-bound; ``small`` where the kernels start to matter).
 
 Every compiler is timed round-robin, batch by batch (so a change of the machine's load hits all of them alike);
 each batch is ``calls`` calls sized to about ``--batch-seconds``, and a figure is the median over ``--batches``
@@ -114,7 +114,7 @@ def workloads(model_sizes: list[str]) -> list[tuple[str, Callable[[], tuple[Fn, 
         ("sgd_100", lambda: (sgd_100, sgd_args())),
     ]
     if model_sizes:
-        from examples.models import MODELS, SIZES
+        from thunder_ext.testing.models import MODELS, SIZES
 
         for size in model_sizes:
             for name, model in MODELS.items():

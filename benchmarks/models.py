@@ -48,7 +48,7 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.compilers import EXECUTORS, Compiler, TraceStats, alias_variants, compilers, trace_stats
-from examples.models import MODELS, SIZES, CheckResult, Model, Size, verify
+from thunder_ext.testing.models import MODELS, SIZES, CheckResult, Model, Size, verify
 
 __all__ = ["Row", "all_compilers", "main", "measure"]
 

@@ -1,7 +1,7 @@
 """Benchmark (item 5): allocation per call of in-place programs on the torch executor, with and without reinplacing.
 
 Programs: a chain of three in-place ops on one tensor of ``--mib`` MiB, and an Adam step over four such tensors
-(:class:`examples.models.AdamStep`). Compilers: eager, stock ``thunder.jit`` and ``thunder_ext.jit`` with the
+(:class:`thunder_ext.testing.models.AdamStep`). Compilers: eager, stock ``thunder.jit`` and ``thunder_ext.jit`` with the
 torch executor only (``executors=[]``), and ``thunder_ext.jit`` with and without reinplacing (on by default).
 Reported per call: bytes allocated, peak bytes above the baseline and median time; each compiled result is checked
 against eager first.
@@ -37,7 +37,7 @@ from benchmarks.common import (
     median_time,
     write_results,
 )
-from examples.models import AdamStep
+from thunder_ext.testing.models import AdamStep
 
 
 def chain(a: torch.Tensor) -> None:

@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import thunder_ext  # noqa: E402  (before thunder: the import shim)
 import thunder  # noqa: E402
 
-from examples.models import compare  # noqa: E402
+from thunder_ext.testing.models import compare  # noqa: E402
 from benchmarks.common import (RESULTS_DIR, environment, fmt_bytes, fmt_seconds, markdown_table,  # noqa: E402
                                measure_memory, median_time, write_results)
 

@@ -11,7 +11,7 @@ identical copy: every returned tensor, every argument after the call, and for tr
 ``.grad`` and buffer. It shows ``ok``, ``WRONG (max |diff| ...)`` or the exception; nothing is written down in
 advance. A scenario that needs CUDA shows ``skipped`` on a CPU-only machine.
 
-**Part 2, the models** (:data:`examples.models.MODELS`; add a workload there and it shows up here): eager,
+**Part 2, the models** (:data:`thunder_ext.testing.models.MODELS`; add a workload there and it shows up here): eager,
 ``torch.compile``, stock ``thunder.jit`` and ``thunder_ext.jit``, each checked against eager, then timed: the per-call
 time is the median of repeated calls after warm-up calls, shown with its spread. Ratios between compilers are only
 as good as those spreads: when either side's spread is above :data:`NOISY`, the ratio line says so.
@@ -56,7 +56,7 @@ from benchmarks.common import environment, fmt_bytes, fmt_seconds, write_results
 from benchmarks.compilers import EXECUTORS, compilers, executors_for  # noqa: E402
 from benchmarks.models import Row, measure  # noqa: E402
 from benchmarks import workloads as package_workloads  # noqa: E402
-from examples.models import MODELS, SIZES, compare  # noqa: E402
+from thunder_ext.testing.models import MODELS, SIZES, compare  # noqa: E402
 from thunder.executors.custom_op_ex import custom_op_ex  # noqa: E402
 from thunder.transforms.cudagraph import CUDAGraphTransform  # noqa: E402
 

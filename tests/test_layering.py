@@ -89,7 +89,10 @@ def test_every_module_imports_only_what_the_map_allows(package: str) -> None:
 
 def test_sub_packages_of_modules_only_document_their_concern() -> None:
     """The ``__init__`` of a folder of modules (``thunder_ext/host/``) holds a docstring and nothing else: the
-    folder is a concern, the map's rows are its modules."""
+    folder is a concern, the map's rows are its modules. A folder the map lists as one row (``testing/``) is a
+    module, not a concern."""
     for init in sorted((ROOT / "thunder_ext").glob("*/__init__.py")):
+        if listed_unit(init.parent.name):
+            continue
         body = ast.parse(init.read_text()).body
         assert len(body) == 1 and isinstance(body[0], ast.Expr), f"{init}: a docstring only"

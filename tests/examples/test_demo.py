@@ -22,7 +22,7 @@ import demo  # noqa: E402
 from benchmarks.common import Memory, Timing  # noqa: E402
 from benchmarks.compilers import executors_for  # noqa: E402
 from benchmarks.models import Row  # noqa: E402
-from examples.models import CheckResult  # noqa: E402
+from thunder_ext.testing.models import CheckResult  # noqa: E402
 
 CPU = torch.device("cpu")
 

@@ -7,9 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import torch
 
-from examples.models import MODELS, SIZES, check
+pytest.importorskip("thunder")  # the models are in thunder_ext.testing
+
+import torch  # noqa: E402
+
+from thunder_ext.testing.models import MODELS, SIZES, check  # noqa: E402
 
 EXPECTED_MUTATIONS = {"cnn_bn": 6, "kv_decoder": 2, "adam": 9, "residual_mlp": 0}
 

@@ -1,6 +1,6 @@
 """Issue 12: where eager raises or rounds, the compiled program must too.
 
-Every program of the catalog (:data:`benchmarks.eager_semantics.PROGRAMS`: the issue's programs and variants of
+Every program of the catalog (:data:`thunder_ext.testing.eager_semantics.PROGRAMS`: the issue's programs and variants of
 each of its six classes — in-place result types, partial overlap, seeding, module attribute rebinding,
 low-precision reads after writes, ops that failed to trace) runs eagerly and through ``thunder_ext.jit`` on fresh,
 identical inputs, call after call (the first compiles, later ones hit the cache):
@@ -31,15 +31,8 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import thunder_ext  # noqa: E402
-from benchmarks.eager_semantics import (  # noqa: E402
-    CLASSES,
-    FUSION_TYPES,
-    PROGRAMS,
-    Program,
-    difference,
-    executors_of,
-    observe,
-)
+from thunder_ext.testing.catalog import CLASSES, Program  # noqa: E402
+from thunder_ext.testing.eager_semantics import FUSION_TYPES, PROGRAMS, difference, executors_of, observe  # noqa: E402
 from thunder_ext.declare import opaque_torch  # noqa: E402
 from thunder_ext.passes import pipeline  # noqa: E402
 from thunder_ext.python_state import rebinding  # noqa: E402

@@ -14,7 +14,7 @@ thunder_ext = pytest.importorskip("thunder_ext")
 import thunder  # noqa: E402
 
 from benchmarks.common import measure_memory  # noqa: E402
-from examples.models import MODELS, check  # noqa: E402
+from thunder_ext.testing.models import MODELS, check  # noqa: E402
 from thunder_ext.passes.inplace_kernels import EXECUTOR, Reinplace, inplace_symbol  # noqa: E402
 
 

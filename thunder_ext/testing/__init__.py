@@ -8,12 +8,20 @@ A program Thunder itself cannot trace is not a bug of the effect pipeline: when 
 running and stock ``thunder.jit`` fails with the same error, :func:`check_jit` raises :class:`ThunderUnsupported`
 (fuzzers count those and move on); any other failure or difference raises :class:`effects.testing.Mismatch` with
 the program printed as runnable Python. Needs the ``test`` extra (Hypothesis) for :mod:`effects.testing`.
+
+Beside it, what the tests and the benchmarks both check ``thunder_ext.jit`` against:
+
+* :mod:`.eager_semantics` — the eager-semantics catalog, the specification of where eager raises or rounds
+  (its format in :mod:`.catalog`, its programs in :mod:`.inplace_programs` and :mod:`.state_programs`), and
+  how a compiled call is compared with eager's;
+* :mod:`.models` — four in-place models (BatchNorm training, KV-cache decoder, Adam step, residual MLP) that
+  check a compiler against eager, outputs and every mutated tensor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import torch
 
@@ -21,7 +29,7 @@ import thunder
 import effects
 from effects.testing import Case, Mismatch, execute, functional_reference, to_python_function
 
-from .jit import jit
+from ..jit import jit
 
 __all__ = ["ThunderUnsupported", "check_jit", "check_jit_grad"]
 
@@ -53,6 +61,17 @@ def _stock_error(fn: Any, case: Case, executors: Sequence[str], fusion_type: str
     return None
 
 
+def _failed(error: Exception, fn: Any, case: Case, executors: Sequence[str], fusion_type: str, what: str,
+            note: str = "") -> NoReturn:
+    """``what`` (a ``thunder_ext.jit`` call) raised ``error``: :class:`ThunderUnsupported` when stock Thunder fails
+    on the program with the same error, else :class:`effects.testing.Mismatch` with the program (and ``note``)."""
+    stock = _stock_error(fn, case, executors, fusion_type)
+    if stock is not None and type(stock) is type(error) and str(stock) == str(error):
+        raise ThunderUnsupported(f"{type(error).__name__}: {error}") from error
+    raise Mismatch(f"{what} raised {type(error).__name__}: {error}\n(stock thunder.jit: {stock!r})\n\n"
+                   f"{case.to_python()}{note}") from error
+
+
 def check_jit(case: Case, *, executors: Sequence[str] = ("torchcompile",), fusion_type: str = "consecutive") -> None:
     """Eager vs ``thunder_ext.jit(fn, executors=..., fusion_type=...)`` on fresh inputs.
 
@@ -68,12 +87,8 @@ def check_jit(case: Case, *, executors: Sequence[str] = ("torchcompile",), fusio
     what = f"thunder_ext.jit(executors={list(executors)}, fusion_type={fusion_type!r})"
     try:
         got = jit(fn, executors=list(executors), fusion_type=fusion_type)(*_arguments(fresh.tensors, case))
-    except Exception as error:  # noqa: BLE001 - classified below
-        stock = _stock_error(fn, case, executors, fusion_type)
-        if stock is not None and type(stock) is type(error) and str(stock) == str(error):
-            raise ThunderUnsupported(f"{type(error).__name__}: {error}") from error
-        raise Mismatch(f"{what} raised {type(error).__name__}: {error}\n(stock thunder.jit: {stock!r})\n\n"
-                       f"{case.to_python()}") from error
+    except Exception as error:  # noqa: BLE001 - classified by _failed
+        _failed(error, fn, case, executors, fusion_type, what)
     why = None if len(got) == len(expected) else f"{len(got)} values returned, expected {len(expected)}"
     for k, (e, g) in enumerate(zip(expected, got, strict=False)):
         why = why or ((d := _difference(e, g)) and f"returned value {k}: {d}")
@@ -153,12 +168,8 @@ def check_jit_grad(case: Case, *, executors: Sequence[str] = ("torch",), fusion_
     what = f"thunder_ext.jit(executors={list(executors)}, fusion_type={fusion_type!r}) with grads"
     try:
         got = _run_grad(fn, case, grad_bases, jit(fn, executors=list(executors), fusion_type=fusion_type))
-    except Exception as error:  # noqa: BLE001 - classified below
-        stock = _stock_error(fn, case, executors, fusion_type)
-        if stock is not None and type(stock) is type(error) and str(stock) == str(error):
-            raise ThunderUnsupported(f"{type(error).__name__}: {error}") from error
-        raise Mismatch(f"{what} raised {type(error).__name__}: {error}\n(stock thunder.jit: {stock!r})\n\n"
-                       f"{case.to_python()}\n(bases requiring grad: {grad_bases})") from error
+    except Exception as error:  # noqa: BLE001 - classified by _failed
+        _failed(error, fn, case, executors, fusion_type, what, f"\n(bases requiring grad: {grad_bases})")
     (e_out, e_inputs, e_grads), (g_out, g_inputs, g_grads) = expected, got
     why = None if len(g_out) == len(e_out) else f"{len(g_out)} values returned, expected {len(e_out)}"
     for k, (e, g) in enumerate(zip(e_out, g_out, strict=False)):

@@ -342,7 +342,8 @@ def compare(
     if isinstance(expected, (list, tuple)):
         if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
             return 1, [Mismatch(prefix, math.inf, f"expected a sequence of {len(expected)}, got {actual!r:.60}")]
-        total, found = 0, []
+        total = 0
+        found: list[Mismatch] = []
         for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
             n, m = compare(e, a, rtol, atol, f"{prefix}[{i}]")
             total, found = total + n, found + m
@@ -356,7 +357,8 @@ def verify(model: Model, eager: Instance, compiled: Instance, outputs: Sequence[
     """Compare ``outputs`` (of ``len(outputs)`` compiled calls already made on ``compiled``) and the state of
     ``compiled`` with as many eager calls on ``eager`` (an untouched instance built with the same seed)."""
     before = {k: t.clone() for k, t in eager.state().items()}
-    total, mismatches = 0, []
+    total = 0
+    mismatches: list[Mismatch] = []
     for call, actual in enumerate(outputs):
         n, m = compare(eager.fn(*eager.args), actual, model.rtol, model.atol, f"call{call}.output")
         total, mismatches = total + n, mismatches + m
