@@ -9,18 +9,18 @@ original otherwise — the one place that decides (:data:`STAND_INS`):
 patched name(s)                                   stand-in
 ================================================  ===========================================================
 ``thunder.insert_alias_updates``                  :func:`state.record_input_aliases`
-``data_dependent_partition.fuse_bound_symbols``,  :func:`pipeline.fuse_bound_symbols` (torchcompile and nvFuser
+``data_dependent_partition.fuse_bound_symbols``,  :func:`partition.fuse_bound_symbols` (torchcompile and nvFuser
 ``transforms.cudagraph.fuse_bound_symbols``       import it at call time, the CUDA graph transform at import)
-``transform_common.dce`` and its imports in       :func:`pipeline.dce`
+``transform_common.dce`` and its imports in       :func:`dce.dce`
 ``thunder``, ``executors.passes``,
 ``executors.torch_compile``, ``nvfuserex_impl``,
 ``transforms.autodiff``, ``core.transforms``
-``rematerialization.rematerialize`` and its       :func:`pipeline.rematerialize`
+``rematerialization.rematerialize`` and its       :func:`remat.rematerialize`
 imports in ``torch_compile``, ``nvfuserex_impl``
-``rematerialization.find_cut``                    :func:`pipeline.find_cut`
-``TorchCompileExecutor.fuse``                     :func:`pipeline.fuse` (marks what a fusion was compiled
+``rematerialization.find_cut``                    :func:`remat.find_cut`
+``TorchCompileExecutor.fuse``                     :func:`fusion.fuse` (marks what a fusion was compiled
                                                   from; regions that draw random numbers draw eager's)
-``TorchCompileExecutor.can_fuse``                 :func:`pipeline.can_fuse` (not the backward of auto-registered
+``TorchCompileExecutor.can_fuse``                 :func:`fusion.can_fuse` (not the backward of auto-registered
                                                   torch ops: dynamo cannot trace them)
 ``passes._update_fusion_call_ctx``                :func:`fast.update_fusion_call_ctx` (recompiles
                                                   only a fusion a pass changed)
@@ -72,7 +72,7 @@ imports in ``torch_compile``, ``nvfuserex_impl``
                                                   when ``transformers`` is imported, its ``CompileableContextVar``
                                                   as a ``ContextVar`` (:mod:`thunder_ext.eager.transformers_compat`,
                                                   :data:`OPTIONAL_LOOKASIDES`)
-``distributed.utils.sort_waits``                 :func:`pipeline.sort_waits` (Thunder's wait schedule, kept
+``distributed.utils.sort_waits``                 :func:`waits.sort_waits` (Thunder's wait schedule, kept
                                                   where the effect graph allows)
 ``langctx._method_name_to_fn_map[name]``          new entries: the ``Tensor`` methods among them (``register_hook``
                                                   included); Thunder's in-place methods check the call binds first
@@ -141,7 +141,7 @@ from thunder.core.compile_data import get_compile_data
 
 from ..declare import opaque_torch
 from ..eager import batch_norm, eager_checks, optimizers, overloads, profiler, seeding, transformers_compat
-from ..passes import cudagraph as effect_cudagraph, functionalize, pipeline, split
+from ..passes import cudagraph as effect_cudagraph, dce, functionalize, fusion, partition, remat, split, waits
 from ..python_state import (arguments, dict_state, interpreter_state, module_state, object_state, rebinding, referents,
                             state_epilogue, tensor_attributes, tensor_hooks)
 from . import fast, state
@@ -226,7 +226,7 @@ def guarded(original: Callable[..., Any], stand_in: Callable[..., Any]) -> Calla
     and signature (``__wrapped__``), without copying its attributes (``original`` may be a class).
 
     A stand-in on a hot path may bring its own replacement (``stand_in.replacement(original)``, made the same way:
-    the original unless :func:`thunder_ext.host.state.active`): :func:`pipeline.can_fuse`, asked once per bound symbol
+    the original unless :func:`thunder_ext.host.state.active`): :func:`fusion.can_fuse`, asked once per bound symbol
     and subsymbol, answers memoized calls in one frame."""
     factory = getattr(stand_in, "replacement", None)
     if factory is not None:
@@ -243,13 +243,13 @@ def guarded(original: Callable[..., Any], stand_in: Callable[..., Any]) -> Calla
 
 STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "insert_alias_updates": (update_aliases_mod.insert_alias_updates, state.record_input_aliases),
-    "fuse_bound_symbols": (ddp.fuse_bound_symbols, pipeline.fuse_bound_symbols),
-    "dce": (transform_common.dce, pipeline.dce),
-    "rematerialize": (remat_mod.rematerialize, pipeline.rematerialize),
-    "find_cut": (remat_mod.find_cut, pipeline.find_cut),
+    "fuse_bound_symbols": (ddp.fuse_bound_symbols, partition.fuse_bound_symbols),
+    "dce": (transform_common.dce, dce.dce),
+    "rematerialize": (remat_mod.rematerialize, remat.rematerialize),
+    "find_cut": (remat_mod.find_cut, remat.find_cut),
     "Region": (executor_utils.Region, fast.region),
-    "fuse": (torch_compile.TorchCompileExecutor.fuse, pipeline.fuse),
-    "can_fuse": (torch_compile.TorchCompileExecutor.can_fuse, pipeline.can_fuse),
+    "fuse": (torch_compile.TorchCompileExecutor.fuse, fusion.fuse),
+    "can_fuse": (torch_compile.TorchCompileExecutor.can_fuse, fusion.can_fuse),
     UPDATE_FUSION_CALL_CTX.name: (UPDATE_FUSION_CALL_CTX.get(), fast.update_fusion_call_ctx),
     "transform_trace_post_optimization": (cudagraph.CUDAGraphTransform.transform_trace_post_optimization,
                                           effect_cudagraph.transform_trace_post_optimization),
@@ -260,7 +260,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),
     "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
     "wrap": (interpreter.wrap, object_state.shared_wrapper),
-    **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),
+    **({"sort_waits": (dist_utils.sort_waits, waits.sort_waits)} if dist_utils is not None else {}),
     "sorted": (sorted, dict_state.sorted_by_proxy_names),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
     "unpack_inputs": (jit_ext.unpack_inputs, tensor_attributes.unpack_inputs),
