@@ -211,3 +211,34 @@ def test_memoized_can_fuse_answers_as_thunder_does(effect_compile, monkeypatch, 
     in_place = [w for b, w in zip(bsyms, want, strict=True) if b.sym.name == "add_"]
     assert in_place and all(w is not refuse_copy for w in in_place)  # add_ is add then copy_
     assert any(b.sym.is_fusion for b in bsyms) and True in want
+
+
+def test_kept_out_writes_are_refused_only_during_the_pass_that_asked():
+    """In a joint forward-backward trace the partition keeps writes out of regions, and the executor's ``can_fuse``
+    refuses them for the rest of that fusion pass (Thunder fuses a group of one whose member it can fuse). The
+    record ends with the pass (its merge predicate): afterwards ``can_fuse`` answers as for any bound symbol, and
+    the record holds no bound symbol of the trace."""
+
+    def joint(a, b):
+        a.add_(b)
+        return {"fw_flat_out": (a * 0.5,)}
+
+    trace = _transform_for_operator_executor_execution(
+        thunder_trace()(joint, torch.randn(4), torch.randn(4)), EXECUTORS)
+    cd = CompileData(fn=joint, executors_list=EXECUTORS, disable_preprocessing=True)
+    thunder_ext.install()
+    try:
+        with compile_data_and_stats(cd, CompileStats()):
+            writer = next(b for b in trace.bound_symbols if b.sym.name == "add_")
+
+            def merge(a, b):
+                return all(len(n.group_bsyms) > 1 or torch_compile_ex.can_fuse(n.group_bsyms[0]) for n in (a, b))
+
+            groups = partition.fuse_bound_symbols(None, trace, fast_fusion.conjunctive(merge))
+            assert [writer] in groups
+            assert partition.kept_out_ids() == {id(writer)} and not torch_compile_ex.can_fuse(writer)
+            del merge  # the pass is over
+            assert partition.kept_out_ids() == frozenset() and partition._kept_out.get() is None
+            assert torch_compile_ex.can_fuse(writer)
+    finally:
+        thunder_ext.uninstall()
