@@ -230,6 +230,9 @@ def test_kept_out_writes_are_refused_only_during_the_pass_that_asked():
     try:
         with compile_data_and_stats(cd, CompileStats()):
             writer = next(b for b in trace.bound_symbols if b.sym.name == "add_")
+            fused = torch_compile_ex.fusion_pass(trace)  # Thunder's pass: its group of one stays unfused
+            assert any(b is writer for b in fused.bound_symbols) and partition._kept_out.get() is None
+
 
             def merge(a, b):
                 return all(len(n.group_bsyms) > 1 or torch_compile_ex.can_fuse(n.group_bsyms[0]) for n in (a, b))
