@@ -15,7 +15,7 @@ Both sides then run the same Thunder code on the same trace, inside a compile-da
   aliases, and ``fusion_pass`` runs the effect pipeline (adapter, dependency graph, partition, DCE and the
   rematerialization guard) in place of Thunder's partitioner, DCE and remat.
 
-Partitioner alone: Thunder's ``fuse_bound_symbols`` vs :func:`thunder_ext.passes.pipeline.fuse_bound_symbols` (what
+Partitioner alone: Thunder's ``fuse_bound_symbols`` vs :func:`thunder_ext.passes.partition.fuse_bound_symbols` (what
 ``fuse_bound_symbols`` runs under :func:`thunder_ext.install`) on the operator-transformed trace (without
 ``update_aliases``), consecutive and dataflow.
 
@@ -178,7 +178,7 @@ def _merge(a: Any, b: Any) -> bool:
     return all(len(n.group_bsyms) > 1 or torch_compile_ex.can_fuse(n.group_bsyms[0]) for n in (a, b))
 
 
-thunder_ext.passes.pipeline.conjunctive(_merge)
+thunder_ext.host.fast_fusion.conjunctive(_merge)
 
 
 def _merge_pairwise(a: Any, b: Any) -> bool:

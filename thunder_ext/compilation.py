@@ -63,7 +63,7 @@ from .eager import batch_norm, eager_checks, optimizers, overloads, profiler, se
 from .eager.grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
 from .host import fast, state
 from .host.names import LTORCH_COPY, NAME_POSTFIX, UPDATE_FUSION_CALL_CTX
-from .passes import cudagraph as effect_cudagraph, functionalize, pipeline, split
+from .passes import cudagraph as effect_cudagraph, dce, functionalize, fusion, partition, remat, split, waits
 from .passes.certificate import CollectiveCertificate
 from .passes.inplace_kernels import Reinplace
 from .passes.trace_verification import EffectVerification, verify_jitted
@@ -97,16 +97,16 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),
     # 5-6: input aliases, DCE, gradients
     "insert_alias_updates": (update_aliases_mod.insert_alias_updates, state.record_input_aliases),
-    "dce": (transform_common.dce, pipeline.dce),
+    "dce": (transform_common.dce, dce.dce),
     "put_grads": (thunder_transforms.put_grads, put_grads),
     # 7-8: wait schedule, fusion, rematerialization
-    **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),
-    "fuse_bound_symbols": (ddp.fuse_bound_symbols, pipeline.fuse_bound_symbols),
-    "can_fuse": (torch_compile.TorchCompileExecutor.can_fuse, pipeline.can_fuse),
+    **({"sort_waits": (dist_utils.sort_waits, waits.sort_waits)} if dist_utils is not None else {}),
+    "fuse_bound_symbols": (ddp.fuse_bound_symbols, partition.fuse_bound_symbols),
+    "can_fuse": (torch_compile.TorchCompileExecutor.can_fuse, fusion.can_fuse),
     "Region": (executor_utils.Region, fast.region),
-    "fuse": (torch_compile.TorchCompileExecutor.fuse, pipeline.fuse),
-    "rematerialize": (remat_mod.rematerialize, pipeline.rematerialize),
-    "find_cut": (remat_mod.find_cut, pipeline.find_cut),
+    "fuse": (torch_compile.TorchCompileExecutor.fuse, fusion.fuse),
+    "rematerialize": (remat_mod.rematerialize, remat.rematerialize),
+    "find_cut": (remat_mod.find_cut, remat.find_cut),
     UPDATE_FUSION_CALL_CTX.name: (UPDATE_FUSION_CALL_CTX.get(), fast.update_fusion_call_ctx),
     # 9-10: the autograd split, CUDA graphs
     "split_into_forward_and_backward": (autodiff.split_into_forward_and_backward,

@@ -1,6 +1,6 @@
 """Entry points: :func:`jit`, and :func:`install` / :func:`uninstall` / :func:`enabled`.
 
-``thunder_ext.jit(fn, **kwargs)`` is ``thunder.jit`` with the effect pipeline (:mod:`thunder_ext.passes.pipeline`)
+``thunder_ext.jit(fn, **kwargs)`` is ``thunder.jit`` with the effect pipeline (:mod:`thunder_ext.passes`)
 turned on
 for that function through a compile option (:data:`thunder_ext.host.state.OPTION`), so other ``thunder.jit`` functions
 in the process are unaffected. It accepts every ``thunder.jit`` keyword. ``skip_inplace_alias_updates`` keeps its

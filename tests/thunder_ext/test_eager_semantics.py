@@ -34,7 +34,7 @@ import thunder_ext  # noqa: E402
 from thunder_ext.testing.catalog import CLASSES, Program  # noqa: E402
 from thunder_ext.testing.eager_semantics import FUSION_TYPES, PROGRAMS, difference, executors_of, observe  # noqa: E402
 from thunder_ext.declare import opaque_torch  # noqa: E402
-from thunder_ext.passes import pipeline  # noqa: E402
+from thunder_ext.passes import fusion  # noqa: E402
 from thunder_ext.python_state import rebinding  # noqa: E402
 from thunder_ext.eager import seeding  # noqa: E402
 
@@ -165,4 +165,4 @@ def test_random_regions_compile_with_eager_random_numbers() -> None:
         jf = thunder_ext.jit(fn, executors=["torchcompile"])
         jf(torch.zeros(4))
         fused = [b for b in thunder.last_traces(jf)[-1].bound_symbols if b.sym.is_fusion]
-        assert fused and all(pipeline.draws_random_numbers(b.subsymbols) is random for b in fused)
+        assert fused and all(fusion.draws_random_numbers(b.subsymbols) is random for b in fused)

@@ -26,9 +26,10 @@ from thunder.executors.passes import _transform_for_operator_executor_execution
 from thunder.executors.torch_compile import torch_compile_ex
 from thunder.executors.torchex import ex as pytorch_ex
 
-from thunder_ext.host import names as _thunder, fast as _thunder_fast
+from thunder_ext.host import names as _thunder, fast as _thunder_fast, fast_fusion
 from thunder_ext.declare import binding, resolve
-from thunder_ext.passes import pipeline
+from thunder_ext.declare.adapter import adapt
+from thunder_ext.passes import dce, fusion, partition
 
 EXECUTORS = (torch_compile_ex, thunder.extend.get_executor("torch"), thunder.extend.get_executor("python"))
 
@@ -88,8 +89,8 @@ def test_dce_of_an_unchanged_result_skips_the_analysis(effect_compile, monkeypat
     first = transform_common.dce(effect_compile)
     second = transform_common.dce(first)  # the first pass may convert subsymbol tuples to lists: not a change
     adapted = []
-    original = pipeline._adapt
-    monkeypatch.setattr(pipeline, "_adapt", lambda t: adapted.append(t) or original(t))
+    original = dce.adapted_graph
+    monkeypatch.setattr(dce, "adapted_graph", lambda t: adapted.append(t) or original(t))
     third = transform_common.dce(second)
     assert adapted == []
     assert [id(b) for b in third.bound_symbols] == [id(b) for b in second.bound_symbols]
@@ -111,7 +112,7 @@ def test_dce_with_dead_code_is_not_a_fixpoint(effect_compile):
 
 def test_structural_memo_matches_the_walk(effect_compile):
     trace = effect_compile
-    pipeline.adapt(trace)  # fills the memo
+    adapt(trace)  # fills the memo
     fresh = _transform_for_operator_executor_execution(trace, (pytorch_ex,))  # new copies, same structures
     resolver = resolve.resolver_for(None)
     composites = [b for b in fresh.bound_symbols if b.subsymbols]
@@ -147,18 +148,18 @@ def test_region_order_matches_order_proxies(effect_compile):
 
 
 def test_thunder_conjunctive_predicates_are_recognised():
-    """The merge predicates whose pair answers :func:`pipeline.fuse_bound_symbols` skips: Thunder's torchcompile
+    """The merge predicates whose pair answers :func:`partition.fuse_bound_symbols` skips: Thunder's torchcompile
     and CUDA graph ``_should_fuse``, each ``return _can_fuse_node(a) and _can_fuse_node(b)``."""
     import inspect
 
     from thunder.transforms.cudagraph import CUDAGraphTransform
 
-    assert len(pipeline.THUNDER_CONJUNCTIONS) == 2
+    assert len(fast_fusion.THUNDER_CONJUNCTIONS) == 2
     for fn in (torch_compile.TorchCompileExecutor.fusion_pass, CUDAGraphTransform.generate_fused_trace):
         assert "return _can_fuse_node(a) and _can_fuse_node(b)" in inspect.getsource(fn)
-    assert all(c.co_varnames[:3] == ("a", "b", "_can_fuse_node") for c in pipeline.THUNDER_CONJUNCTIONS)
-    assert not pipeline.is_conjunctive(lambda a, b: True)
-    assert pipeline.is_conjunctive(pipeline.conjunctive(lambda a, b: True))
+    assert all(c.co_varnames[:3] == ("a", "b", "_can_fuse_node") for c in fast_fusion.THUNDER_CONJUNCTIONS)
+    assert not fast_fusion.is_conjunctive(lambda a, b: True)
+    assert fast_fusion.is_conjunctive(fast_fusion.conjunctive(lambda a, b: True))
 
 
 @pytest.mark.parametrize("strategy", ["consecutive", "dataflow"])
@@ -177,14 +178,14 @@ def test_conjunctive_and_pairwise_predicates_give_the_same_groups(effect_compile
     cd = CompileData(fn=chain, executors_list=EXECUTORS, disable_preprocessing=True,
                      compile_options={"fusion_type": strategy})
     with compile_data_and_stats(cd, CompileStats()):
-        slow = pipeline.fuse_bound_symbols(None, effect_compile, pairwise)
+        slow = partition.fuse_bound_symbols(None, effect_compile, pairwise)
         pairs = len(asked)
         asked.clear()
-        fast = pipeline.fuse_bound_symbols(None, effect_compile, pipeline.conjunctive(merge))
+        fast = partition.fuse_bound_symbols(None, effect_compile, fast_fusion.conjunctive(merge))
     assert [[id(b) for b in g] for g in fast] == [[id(b) for b in g] for g in slow]
     assert len(asked) < pairs
     assert all(a is b for a, b in asked)  # a conjunctive predicate is asked about single nodes only
-    assert pipeline._can_fuse_memo.get() is None
+    assert not fast_fusion.can_fuse_memoized()
 
 
 @pytest.mark.parametrize("tables", [False, True])
@@ -196,20 +197,51 @@ def test_memoized_can_fuse_answers_as_thunder_does(effect_compile, monkeypatch, 
     from thunder.core.prims import PrimIDs
     from thunder.extend import Executor
 
-    assert pipeline._walkable(torch_compile.TorchCompileExecutor)
+    assert fast_fusion._walkable(torch_compile.TorchCompileExecutor)
     if refuse_copy:
-        monkeypatch.setattr(pipeline, "_torch_autograd_fallbacks", lambda: frozenset({PrimIDs.COPY_}))
-        monkeypatch.setattr(pipeline, "_refused", (-1, frozenset()))
-        pipeline._refused_ids()
+        monkeypatch.setattr(fusion, "_torch_autograd_fallbacks", lambda: frozenset({PrimIDs.COPY_}))
+        monkeypatch.setattr(fusion, "_refused", (-1, frozenset()))
+        fusion._refused_ids()
     fused = torch_compile_ex.fusion_pass(effect_compile)
     bsyms = list(_walk([*effect_compile.bound_symbols, *fused.bound_symbols]))
-    want = [pipeline._can_fuse(Executor.can_fuse, torch_compile_ex, b) for b in bsyms]
-    token = pipeline._can_fuse_memo.set(pipeline._CanFuseMemo(tables=tables))
-    try:
+    want = [fusion._can_fuse(Executor.can_fuse, torch_compile_ex, b) for b in bsyms]
+    with fast_fusion.memoizing_can_fuse(tables=tables):
         got = [torch_compile_ex.can_fuse(b) for b in bsyms for _ in range(2)]
-    finally:
-        pipeline._can_fuse_memo.reset(token)
     assert got == [w for w in want for _ in range(2)]
     in_place = [w for b, w in zip(bsyms, want, strict=True) if b.sym.name == "add_"]
     assert in_place and all(w is not refuse_copy for w in in_place)  # add_ is add then copy_
     assert any(b.sym.is_fusion for b in bsyms) and True in want
+
+
+def test_kept_out_writes_are_refused_only_during_the_pass_that_asked():
+    """In a joint forward-backward trace the partition keeps writes out of regions, and the executor's ``can_fuse``
+    refuses them for the rest of that fusion pass (Thunder fuses a group of one whose member it can fuse). The
+    record ends with the pass (its merge predicate): afterwards ``can_fuse`` answers as for any bound symbol, and
+    the record holds no bound symbol of the trace."""
+
+    def joint(a, b):
+        a.add_(b)
+        return {"fw_flat_out": (a * 0.5,)}
+
+    trace = _transform_for_operator_executor_execution(
+        thunder_trace()(joint, torch.randn(4), torch.randn(4)), EXECUTORS)
+    cd = CompileData(fn=joint, executors_list=EXECUTORS, disable_preprocessing=True)
+    thunder_ext.install()
+    try:
+        with compile_data_and_stats(cd, CompileStats()):
+            writer = next(b for b in trace.bound_symbols if b.sym.name == "add_")
+            fused = torch_compile_ex.fusion_pass(trace)  # Thunder's pass: its group of one stays unfused
+            assert any(b is writer for b in fused.bound_symbols) and partition._kept_out.get() is None
+
+
+            def merge(a, b):
+                return all(len(n.group_bsyms) > 1 or torch_compile_ex.can_fuse(n.group_bsyms[0]) for n in (a, b))
+
+            groups = partition.fuse_bound_symbols(None, trace, fast_fusion.conjunctive(merge))
+            assert [writer] in groups
+            assert partition.kept_out_ids() == {id(writer)} and not torch_compile_ex.can_fuse(writer)
+            del merge  # the pass is over
+            assert partition.kept_out_ids() == frozenset() and partition._kept_out.get() is None
+            assert torch_compile_ex.can_fuse(writer)
+    finally:
+        thunder_ext.uninstall()

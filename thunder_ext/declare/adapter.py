@@ -10,7 +10,7 @@
 * **runtime input aliasing** is passed in as groups of input names (``input_aliases``), never rewritten.
 
 The adapter never changes a trace: :class:`AdaptedTrace` keeps the bound symbols aligned with the instructions so
-a pass can map its decisions back (:mod:`thunder_ext.passes.pipeline`). Cost: O(bound symbols + operand uses), the
+a pass can map its decisions back (:mod:`thunder_ext.passes.partition`). Cost: O(bound symbols + operand uses), the
 effects of each bound symbol resolved once per registry generation; its instruction (operand values, output names)
 is kept with that resolution and reused by every later adaptation where none of its outputs is defined yet (the
 one case that depends on the rest of the trace: the renaming above).

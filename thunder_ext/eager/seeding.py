@@ -23,7 +23,7 @@ Both return the generator, as torch does. In a differentiated compilation (an ar
 refused (:func:`refuse_under_autograd`, :class:`SeedUnderAutogradError`): Thunder's forward/backward split keeps in
 the forward only what produces forward values, so an operation without outputs would run in the backward, after
 the draws it should precede. Draws inside torch.compile regions are eager's numbers too: such regions are
-compiled with Inductor's ``fallback_random`` (:func:`thunder_ext.passes.pipeline.fuse`).
+compiled with Inductor's ``fallback_random`` (:func:`thunder_ext.passes.fusion.fuse`).
 """
 
 from __future__ import annotations

@@ -123,8 +123,8 @@ def guarded(original: Callable[..., Any], stand_in: Callable[..., Any]) -> Calla
     and signature (``__wrapped__``), without copying its attributes (``original`` may be a class).
 
     A stand-in on a hot path may bring its own replacement (``stand_in.replacement(original)``, made the same way:
-    the original unless :func:`thunder_ext.host.state.active`): :func:`pipeline.can_fuse`, asked once per bound symbol
-    and subsymbol, answers memoized calls in one frame."""
+    the original unless :func:`thunder_ext.host.state.active`): :func:`thunder_ext.passes.fusion.can_fuse`, asked
+    once per bound symbol and subsymbol, answers memoized calls in one frame."""
     factory = getattr(stand_in, "replacement", None)
     if factory is not None:
         return functools.wraps(original, updated=())(factory(original))

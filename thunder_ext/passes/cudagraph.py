@@ -24,7 +24,7 @@ the writes on the live static buffers    the graph writes, so only the capture t
 
 Ops that must not be captured (:attr:`effects.Effects.capturable` is false: ``torch.Tag.cudagraph_unsafe``, or
 unknown effects) are split out of the graphed regions by the partition stand-in
-(:func:`thunder_ext.passes.pipeline.fuse_bound_symbols` asks :func:`uncapturable_reason`) and run un-graphed.
+(:func:`thunder_ext.passes.partition.fuse_bound_symbols` asks :func:`uncapturable_reason`) and run un-graphed.
 
 Every decision is inspectable: :func:`~thunder_ext.passes.cudagraph_report.cuda_graph_report` gives, for a jitted
 function, one :class:`~thunder_ext.passes.cudagraph_report.RegionReport` per graphed region (its inputs, the static

@@ -1,0 +1,132 @@
+"""What torch.compile may fuse and how it compiles a region: the stand-ins for ``TorchCompileExecutor.can_fuse``
+and ``TorchCompileExecutor.fuse``.
+
+* :func:`can_fuse` never hands torch.compile the backward of an auto-registered torch op — it runs
+  ``torch.autograd`` on a Python pytree that dynamo cannot trace (optree's ``DictMetaData``), so every training
+  step using such an op (``detach``, ``narrow``, ``clamp_min``...) failed to compile — nor an asynchronous
+  collective or a wait (:func:`collectives.is_async_collective`: FSDP's all-gathers failed so), nor a write of a
+  joint forward-backward trace that the partition kept out of regions
+  (:func:`thunder_ext.passes.partition.kept_out_ids`: Thunder's fusion pass fuses a group of one when the
+  executor can fuse its member). While a partition runs, the answers are memoized
+  (:func:`thunder_ext.host.fast_fusion.can_fuse_replacement`, which asks :func:`_can_fuse` about the refused symbols).
+* :func:`fuse` compiles a region whose members draw random numbers with Inductor's ``fallback_random``, so that
+  it draws eager's numbers (:func:`draws_random_numbers`).
+
+Stand-ins receive the Thunder original first and run only while the pipeline is active
+(:func:`thunder_ext.host.patches.guarded`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from thunder.core.symbol import BoundSymbol
+import thunder.executors.torch_compile as torch_compile_module
+
+from ..declare import collectives
+from ..declare.resolve import bsym_effects
+from ..host import fast
+from ..host.fast_fusion import can_fuse_memoized, can_fuse_replacement
+from .partition import kept_out_ids
+
+__all__ = ["can_fuse", "fuse", "draws_random_numbers"]
+
+
+# --- torch.compile fusibility -----------------------------------------------------------------------------------
+_backward_impls: dict[Any, Any] | None = None
+_refused: tuple[int, frozenset[Any]] = (-1, frozenset())
+"""(``len(backward_impls)`` when built, the symbol ids :func:`can_fuse` refuses or looks at closer)."""
+
+
+def _torch_autograd_fallbacks() -> frozenset[Any]:
+    """Ids of the backward symbols of the torch ops Thunder auto-registers (``detach_vjp``, ``narrow_vjp``, ...):
+    they differentiate by calling ``torch.autograd`` at run time."""
+    from thunder.core.symbol import Symbol
+    from thunder.core.transforms import backward_impls
+
+    return frozenset(v.id for v in backward_impls.values() if isinstance(v, Symbol) and v.name.endswith("_vjp"))
+
+
+def _refused_ids() -> frozenset[Any]:
+    """:func:`_torch_autograd_fallbacks` and the ids of the collectives that may be asynchronous, rebuilt only when
+    ``backward_impls`` grew (Thunder adds an entry per op it auto-registers, at trace time, and never removes one):
+    ``can_fuse`` asks once per bound symbol and subsymbol, and walking the ~550 entries each time cost
+    milliseconds per symbol."""
+    global _refused, _backward_impls
+    if _backward_impls is None:
+        from thunder.core.transforms import backward_impls  # not at import: thunder.core.transforms imports late
+
+        _backward_impls = backward_impls
+    size, ids = _refused
+    if size != len(_backward_impls):
+        ids = _torch_autograd_fallbacks() | collectives.async_collective_ids()
+        _refused = (len(_backward_impls), ids)
+    return ids
+
+
+def can_fuse(original: Callable[..., bool], self: Any, bsym: BoundSymbol) -> bool:
+    """Stand-in for ``TorchCompileExecutor.can_fuse`` (see the module docstring). Asked once per bound symbol and
+    subsymbol (Thunder's ``can_fuse`` recurses through it): one set test before Thunder's answer for every other
+    symbol; the patch is :func:`_replacement`, one frame per memoized call."""
+    if not can_fuse_memoized():
+        return _can_fuse(original, self, bsym)
+    return _replacement(original)(self, bsym)
+
+
+def _replacement(original: Callable[..., bool]) -> Callable[..., bool]:
+    """What replaces ``TorchCompileExecutor.can_fuse`` (see :func:`thunder_ext.host.patches.guarded`): Thunder's
+    answers memoized while a partition runs, :func:`_can_fuse` for the refused symbols and outside a partition."""
+    return can_fuse_replacement(original, _can_fuse, _refused_ids)
+
+
+can_fuse.replacement = _replacement  # type: ignore[attr-defined]
+
+
+def _can_fuse(original: Callable[..., bool], self: Any, bsym: BoundSymbol) -> bool:
+    sid = bsym.sym.id
+    if sid in _refused_ids() and (sid in _torch_autograd_fallbacks() or collectives.is_async_collective(bsym)):
+        return False
+    return id(bsym) not in kept_out_ids() and bool(original(self, bsym))
+
+
+# --- torch.compile regions that draw random numbers -------------------------------------------------------------
+def draws_random_numbers(bsyms: Sequence[BoundSymbol]) -> bool:
+    """Whether one of ``bsyms`` (a region's members) has an effect on a random-number generator (``rng[...]``)."""
+    return any(r.resource.kind == "rng" for b in bsyms for r in bsym_effects(b).resources)
+
+
+class _TorchWithOptions:
+    """``torch`` as ``thunder.executors.torch_compile`` sees it while one region compiles: ``torch.compile`` with
+    Inductor options added (everything else is torch's)."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self._options = options
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    def compile(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("mode") is None:  # torch.compile refuses a mode and options together
+            kwargs.pop("mode", None)
+            kwargs["options"] = {**(kwargs.get("options") or {}), **self._options}
+        return torch.compile(*args, **kwargs)
+
+
+def fuse(original: Callable[..., BoundSymbol], self: Any, region: Any, fusion_counter: int) -> BoundSymbol:
+    """Stand-in for ``TorchCompileExecutor.fuse`` (:func:`fast.fuse`, which marks what a fusion was compiled
+    from). A region whose members draw random numbers is compiled with Inductor's ``fallback_random``: its draws
+    call eager's kernels on the default generator, in program order, so they are eager's numbers and leave the
+    generator as eager does — Inductor's own generator (seeded from the default one) draws other numbers, so a
+    program that seeds (inside or before the call) would not see eager's. Costs those regions Inductor's fused random
+    number generation; other regions are compiled as before."""
+    if not draws_random_numbers(region.bound_symbols):
+        return fast.fuse(original, self, region, fusion_counter)
+    previous = torch_compile_module.torch
+    torch_compile_module.torch = _TorchWithOptions({"fallback_random": True})
+    try:
+        return fast.fuse(original, self, region, fusion_counter)
+    finally:
+        torch_compile_module.torch = previous
