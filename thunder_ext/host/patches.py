@@ -141,7 +141,7 @@ from thunder.core.compile_data import get_compile_data
 
 from ..declare import opaque_torch
 from ..eager import batch_norm, eager_checks, optimizers, overloads, profiler, seeding, transformers_compat
-from ..passes import cudagraph as effect_cudagraph, functionalize, pipeline, split
+from ..passes import autograd_boundary, cudagraph as effect_cudagraph, pipeline, split
 from ..python_state import (arguments, dict_state, interpreter_state, module_state, object_state, rebinding, referents,
                             state_epilogue, tensor_attributes, tensor_hooks)
 from . import fast, state
@@ -468,7 +468,7 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
     :data:`thunder_ext.host.state.OPTION` takes a hold of the patches before tracing; the ``thunder_ext.jit`` call that
     triggered it releases the hold when it returns (after the first run, which builds CUDA graphs). When the
     pipeline is active, the acquired traces are functionalized for autograd
-    (:mod:`thunder_ext.passes.functionalize`)."""
+    (:mod:`thunder_ext.passes.autograd_boundary`)."""
     cd = get_compile_data()
     if cd is not None and cd.compile_options.get(state.OPTION):  # not get_compile_option: no query recorded
         apply()
@@ -481,14 +481,14 @@ def _general_jit(fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any, ad_hoc
         seeding.refuse_under_autograd(results.computation_trace)
         rebinding.refuse_under_autograd(results.computation_trace)
         opaque_torch.refuse_under_autograd(results.computation_trace,
-                                           functionalize.differentiated(results.computation_trace))
+                                           autograd_boundary.differentiated(results.computation_trace))
         referents.resolve_in_prologue(results.prologue_trace)  # before the prologue's unpacking is replayed
         tensors = arguments.argument_tensors(results.prologue_trace, results.computation_trace, fn, args, kwargs)
         interpreter_state.guard_leaves(results, tensors, leaves_asked)
         aliases = arguments.alias_groups_of(tensors)
         state.place_input_aliases(aliases)
         eager_checks.guard_aliasing(results, tensors)
-        results = functionalize.after_acquire(results, aliases)
+        results = autograd_boundary.after_acquire(results, aliases)
     return results
 
 
