@@ -63,7 +63,7 @@ from .eager import batch_norm, eager_checks, optimizers, overloads, profiler, se
 from .eager.grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
 from .host import fast, state
 from .host.names import LTORCH_COPY, NAME_POSTFIX, UPDATE_FUSION_CALL_CTX
-from .passes import cudagraph as effect_cudagraph, dce, functionalize, fusion, partition, remat, split, waits
+from .passes import autograd_boundary, cudagraph as effect_cudagraph, dce, fusion, partition, remat, split, waits
 from .passes.certificate import CollectiveCertificate
 from .passes.inplace_kernels import Reinplace
 from .passes.trace_verification import EffectVerification, verify_jitted
@@ -184,7 +184,7 @@ def _refuse_untraceable(results: Any, call: _Call) -> None:
     rebinding.check_stale_reads(computation)
     seeding.refuse_under_autograd(computation)
     rebinding.refuse_under_autograd(computation)
-    opaque_torch.refuse_under_autograd(computation, functionalize.differentiated(computation))
+    opaque_torch.refuse_under_autograd(computation, autograd_boundary.differentiated(computation))
 
 
 def _place_aliases(results: Any, call: _Call) -> None:
@@ -201,7 +201,7 @@ def _place_aliases(results: Any, call: _Call) -> None:
 
 def _functionalize(results: Any, call: _Call) -> Any:
     """A differentiated compilation's computation without writes (the autograd split sees dataflow)."""
-    return functionalize.after_acquire(results, call.aliases)
+    return autograd_boundary.after_acquire(results, call.aliases)
 
 
 AFTER_ACQUISITION: tuple[Callable[[Any, _Call], Any], ...] = (_refuse_untraceable, _place_aliases, _functionalize)

@@ -65,7 +65,7 @@ from ..host.names import TORCH_FUNCTION_MAP
 from ..declare.adapter import AdaptedTrace, adapt
 from ..declare.declarations import ASSERT
 from ..python_state.arguments import alias_groups_of, storage_pattern
-from ..passes.functionalize import written_arguments
+from ..passes.grad_functionalization import written_arguments
 from ..declare.keys import python_signature
 from ..declare.opaque_torch import executor
 

@@ -40,7 +40,7 @@ from thunder.core.prims import OpTags
 from thunder.core.proxies import NumberProxy
 from thunder.core.trace import TraceCtx
 
-from ..passes.functionalize import differentiated
+from ..passes.autograd_boundary import differentiated
 from ..declare.opaque_torch import executor
 
 __all__ = ["MANUAL_SEED", "DEFAULT_GENERATOR_MANUAL_SEED", "SeedUnderAutogradError", "lookasides",

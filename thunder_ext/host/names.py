@@ -43,7 +43,7 @@ name                                                  used by            for
                                                                          proxies of the call's tensors
 ``InterpreterRuntimeCtx._proxied_values``             tensor_attributes  the interpreter's wrappers of the call's
                                                                          proxied values (a generator's tensor)
-``TraceCtx._siginfo``                                 functionalize      the epilogue's parameters (written:
+``TraceCtx._siginfo``                                 autograd_boundary  the epilogue's parameters (written:
                                                                          write-backs add parameters)
 ``Symbol._bind_postprocess``                          plugin             the callable an operator runs
 ``BoundSymbol._call_ctx``                             plugin, honesty    the same; ``CheckEffects`` replaces it
@@ -211,7 +211,7 @@ CONSTRAINTS = Private("thunder.core.jit_ext.JitCtx", "_constraints", Kind.FIELD,
 PROXIED_VALUES = Private("thunder.core.interpreter.InterpreterRuntimeCtx", "_proxied_values", Kind.FIELD,
                          ("tensor_attributes",),
                          "the interpreter's wrappers of proxied values: a tensor a generator yields gets its own back")
-SIGINFO = Private("thunder.core.trace.TraceCtx", "_siginfo", Kind.FIELD, ("functionalize",),
+SIGINFO = Private("thunder.core.trace.TraceCtx", "_siginfo", Kind.FIELD, ("autograd_boundary",),
                   "a trace's signature; autograd write-backs add epilogue parameters")
 UPDATE_FUSION_CALL_CTX = Private("thunder.executors.passes", "_update_fusion_call_ctx", Kind.MODULE, ("_patches",),
                                  "recompiles a fusion after the passes; patched to skip unchanged fusions")

@@ -41,7 +41,7 @@ from thunder.core.transforms import get_grad, put_grad, register_grad
 from ..declare.opaque_torch import (METADATA_METHODS, OpaqueTorchOp, executor, native_lookaside, opaque_method,
                                     operator_for)
 from ..host.names import REBOUND
-from ..passes.functionalize import differentiated
+from ..passes.autograd_boundary import differentiated
 
 __all__ = ["StaleTensorError", "MetadataUnderAutogradError", "DataUnderAutogradError", "refuse_under_autograd",
            "Rebound", "SET_DATA", "rebind", "rebinding_lookaside", "check_stale_reads",
