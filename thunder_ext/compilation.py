@@ -56,6 +56,7 @@ import thunder.executors.torch_compile as torch_compile
 import thunder.executors.utils as executor_utils
 import thunder.transforms.autodiff as autodiff
 import thunder.transforms.cudagraph as cudagraph
+import torch
 import torch.distributed
 
 from .declare import opaque_torch
@@ -70,8 +71,8 @@ from .passes.trace_verification import EffectVerification, verify_jitted
 from .python_state import (arguments, dict_state, interpreter_state, module_state, object_state, rebinding, referents,
                            state_epilogue, tensor_attributes, tensor_hooks)
 
-__all__ = ["STAND_INS", "AFTER_ACQUISITION", "acquire", "InterpreterTables", "interpreter_tables", "gradient_tables",
-           "transforms", "verifies", "on_compiled", "dist_utils"]
+__all__ = ["STAND_INS", "MODULE_ATTRIBUTES", "AFTER_ACQUISITION", "acquire", "InterpreterTables",
+           "interpreter_tables", "gradient_tables", "transforms", "verifies", "on_compiled", "dist_utils"]
 
 
 def _distributed_utils() -> Any | None:
@@ -116,6 +117,14 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
 }
 """Thunder function (by name) -> (the original, its stand-in), in the order a compilation reaches them. Each
 stand-in takes the original first, then the original's parameters."""
+
+MODULE_ATTRIBUTES: dict[str, tuple[Any, Any]] = {
+    # 8: torch.compile as the torch.compile executor calls it: with the options of the region being fused
+    "torch": (torch, fusion.TORCH_FOR_FUSION),
+}
+"""A module attribute of ``thunder.executors.torch_compile`` (by name) -> (the original, its replacement): objects,
+not functions, so there is no original to pass on; the replacement behaves as the original outside the step that
+needs it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,7 +194,10 @@ def _table_patches() -> list[Patch]:
     return table
 
 
-PATCHES: tuple[Patch, ...] = (*_stand_in_patches(), *_table_patches())
+PATCHES: tuple[Patch, ...] = (
+    *_stand_in_patches(), *_table_patches(),
+    *(Patch(torch_compile, name, original, new) for name, (original, new) in compilation.MODULE_ATTRIBUTES.items()),
+)
 
 OPTIONAL_LOOKASIDES: dict[str, Callable[[Any], dict[Any, Callable[..., Any]]]] = {
     transformers_compat.MODULE: transformers_compat.lookasides,

@@ -18,13 +18,13 @@ Stand-ins receive the Thunder original first and run only while the pipeline is 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 
 from thunder.core.symbol import BoundSymbol
-import thunder.executors.torch_compile as torch_compile_module
 
 from ..declare import collectives
 from ..declare.resolve import bsym_effects
@@ -32,7 +32,7 @@ from ..host import fast
 from ..host.fast_fusion import can_fuse_memoized, can_fuse_replacement
 from .partition import kept_out_ids
 
-__all__ = ["can_fuse", "fuse", "draws_random_numbers"]
+__all__ = ["can_fuse", "fuse", "draws_random_numbers", "TorchForFusion", "TORCH_FOR_FUSION"]
 
 
 # --- torch.compile fusibility -----------------------------------------------------------------------------------
@@ -98,21 +98,28 @@ def draws_random_numbers(bsyms: Sequence[BoundSymbol]) -> bool:
     return any(r.resource.kind == "rng" for b in bsyms for r in bsym_effects(b).resources)
 
 
-class _TorchWithOptions:
-    """``torch`` as ``thunder.executors.torch_compile`` sees it while one region compiles: ``torch.compile`` with
-    Inductor options added (everything else is torch's)."""
+_INDUCTOR_OPTIONS: ContextVar[Mapping[str, Any] | None] = ContextVar("thunder_effects_inductor_options", default=None)
+"""Inductor options for the region :func:`fuse` is compiling (none outside it)."""
 
-    def __init__(self, options: dict[str, Any]) -> None:
-        self._options = options
+
+class TorchForFusion:
+    """``torch`` as ``thunder.executors.torch_compile`` sees it while the patches are held (its module attribute
+    ``torch``, replaced by :mod:`thunder_ext.host.patches` with identity check and restore): everything is torch's,
+    except that ``torch.compile`` adds the Inductor options of the region being fused (:data:`_INDUCTOR_OPTIONS`;
+    outside :func:`fuse`, none: it is ``torch.compile``)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(torch, name)
 
     def compile(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("mode") is None:  # torch.compile refuses a mode and options together
+        options = _INDUCTOR_OPTIONS.get()
+        if options and kwargs.get("mode") is None:  # torch.compile refuses a mode and options together
             kwargs.pop("mode", None)
-            kwargs["options"] = {**(kwargs.get("options") or {}), **self._options}
+            kwargs["options"] = {**(kwargs.get("options") or {}), **options}
         return torch.compile(*args, **kwargs)
+
+
+TORCH_FOR_FUSION = TorchForFusion()
 
 
 def fuse(original: Callable[..., BoundSymbol], self: Any, region: Any, fusion_counter: int) -> BoundSymbol:
@@ -121,12 +128,12 @@ def fuse(original: Callable[..., BoundSymbol], self: Any, region: Any, fusion_co
     call eager's kernels on the default generator, in program order, so they are eager's numbers and leave the
     generator as eager does — Inductor's own generator (seeded from the default one) draws other numbers, so a
     program that seeds (inside or before the call) would not see eager's. Costs those regions Inductor's fused random
-    number generation; other regions are compiled as before."""
+    number generation; other regions are compiled as before. The options reach ``torch.compile`` through
+    :class:`TorchForFusion`, for this call only (a context variable: other threads compile unaffected)."""
     if not draws_random_numbers(region.bound_symbols):
         return fast.fuse(original, self, region, fusion_counter)
-    previous = torch_compile_module.torch
-    torch_compile_module.torch = _TorchWithOptions({"fallback_random": True})
+    token = _INDUCTOR_OPTIONS.set({"fallback_random": True})
     try:
         return fast.fuse(original, self, region, fusion_counter)
     finally:
-        torch_compile_module.torch = previous
+        _INDUCTOR_OPTIONS.reset(token)
