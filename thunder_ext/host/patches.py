@@ -142,8 +142,8 @@ from thunder.core.compile_data import get_compile_data
 from ..declare import opaque_torch
 from ..eager import batch_norm, eager_checks, optimizers, overloads, profiler, seeding, transformers_compat
 from ..passes import cudagraph as effect_cudagraph, functionalize, pipeline, split
-from ..python_state import (arguments, dict_state, interpreter_state, module_state, object_state, rebinding, referents,
-                            state_epilogue, tensor_attributes, tensor_hooks)
+from ..python_state import (arguments, dict_state, interpreter_state, list_state, module_state, object_state, rebinding,
+                            referents, state_epilogue, tensor_attributes, tensor_hooks)
 from . import fast, state
 from .names import (GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE,
                        UPDATE_FUSION_CALL_CTX)
@@ -259,7 +259,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
                                         split.split_into_forward_and_backward),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),
     "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
-    "wrap": (interpreter.wrap, object_state.shared_wrapper),
+    "wrap": (interpreter.wrap, list_state.shared_wrapper),
     **({"sort_waits": (dist_utils.sort_waits, pipeline.sort_waits)} if dist_utils is not None else {}),
     "sorted": (sorted, dict_state.sorted_by_proxy_names),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
@@ -310,7 +310,7 @@ def _build_patches() -> tuple[Patch, ...]:
              | overloads.lookasides(lookaside_map)
              | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
-             | module_state.lookasides() | referents.lookasides() | object_state.lookasides()
+             | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
              | tensor_hooks.lookasides())
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
     # a function Thunder already looks aside to (F.dropout, object.__setattr__, torch.add) keeps its entry behind the
