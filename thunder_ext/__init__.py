@@ -42,8 +42,8 @@ from .declare.honesty import CheckEffects, check_executor  # noqa: E402
 from .jit import enabled, install, jit, uninstall  # noqa: E402
 from .options import JitArgumentError  # noqa: E402
 from .declare.keys import impl_key, key_of  # noqa: E402
+from .declare.declaration_checks import DroppedEffectError  # noqa: E402
 from .declare.plugin import (  # noqa: E402
-    DroppedEffectError,
     OperatorExecutor,
     declare_effects,
     register_implementation,

@@ -68,8 +68,8 @@ from .passes import autograd_boundary, cudagraph as effect_cudagraph, dce, fusio
 from .passes.certificate import CollectiveCertificate
 from .passes.inplace_kernels import Reinplace
 from .passes.trace_verification import EffectVerification, verify_jitted
-from .python_state import (arguments, dict_state, interpreter_state, module_state, object_state, rebinding, referents,
-                           state_epilogue, tensor_attributes, tensor_hooks)
+from .python_state import (arguments, dict_state, interpreter_state, list_state, module_state, object_state, rebinding,
+                           referents, state_epilogue, tensor_attributes, tensor_hooks)
 
 __all__ = ["STAND_INS", "MODULE_ATTRIBUTES", "AFTER_ACQUISITION", "acquire", "InterpreterTables",
            "interpreter_tables", "gradient_tables", "transforms", "verifies", "on_compiled", "dist_utils"]
@@ -89,7 +89,7 @@ dist_utils = _distributed_utils()
 
 STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     # 2-3: acquisition (the interpreter, then the prologue and epilogue it builds)
-    "wrap": (interpreter.wrap, object_state.shared_wrapper),
+    "wrap": (interpreter.wrap, list_state.shared_wrapper),
     LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
     "unpack_inputs": (jit_ext.unpack_inputs, tensor_attributes.unpack_inputs),
     "sorted": (sorted, dict_state.sorted_by_proxy_names),
@@ -148,7 +148,7 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]]) -> Interpre
     added = (opaque_torch.lookasides() | interpreter_state.lookasides() | seeding.lookasides()
              | overloads.lookasides(lookaside_map) | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
-             | module_state.lookasides() | referents.lookasides() | object_state.lookasides()
+             | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
              | tensor_hooks.lookasides())
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
     methods = opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods() | tensor_attributes.methods()

@@ -20,7 +20,7 @@ from thunder.core.proxies import TensorProxy  # noqa: E402
 
 import effects  # noqa: E402
 from effects import IO, InvalidArgumentError, InvalidDeclaration  # noqa: E402
-from thunder_ext.declare import honesty, plugin  # noqa: E402
+from thunder_ext.declare import declaration_checks, honesty, plugin  # noqa: E402
 from thunder_ext.declare.honesty import CheckEffects, check_executor  # noqa: E402
 from thunder_ext.declare.plugin import OperatorExecutor, declare_effects, register_implementation, register_operator  # noqa: E402
 
@@ -135,13 +135,13 @@ def test_the_checks_do_not_reject_good_input(executor: OperatorExecutor) -> None
     assert str(may.effects) == "read(0:a), out0 may alias 0"
 
 
-@pytest.mark.parametrize("module", [plugin, honesty], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [plugin, declaration_checks, honesty], ids=lambda m: m.__name__)
 def test_docstring_examples_run(module: Any) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
     assert result.attempted > 0 and result.failed == 0
 
 
-@pytest.mark.parametrize("module", [plugin, honesty], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [plugin, declaration_checks, honesty], ids=lambda m: m.__name__)
 def test_every_public_name_has_a_docstring_with_an_example(module: Any) -> None:
     missing = []
     for name in module.__all__:

@@ -15,7 +15,7 @@ import effects  # noqa: E402
 import thunder_ext  # noqa: E402
 import thunder  # noqa: E402
 from effects import Access  # noqa: E402
-from thunder_ext.declare import opaque_torch  # noqa: E402
+from thunder_ext.declare import inplace_methods, opaque_torch  # noqa: E402
 
 CONFIGS = [pytest.param(ex, ft, id=f"{ex[0]}-{ft}") for ex in (["torch"], ["torchcompile"])
            for ft in ("consecutive", "dataflow")]
@@ -150,9 +150,9 @@ def test_supported_covers_the_examples_and_nothing_thunder_maps():
 
 
 def test_derived_inplace_methods_are_functional_plus_copy():
-    derived = opaque_torch.derived_methods()
+    derived = inplace_methods.derived_methods()
     assert {"sigmoid_", "clamp_min_", "index_fill_", "scatter_reduce_", "fill_"} <= set(derived)
-    assert not set(derived) & opaque_torch.METADATA_METHODS  # t_, transpose_, ... change metadata, not values
+    assert not set(derived) & inplace_methods.METADATA_METHODS  # t_, transpose_, ... change metadata, not values
     from thunder.torch.langctx import _method_name_to_fn_map
 
     assert not set(derived) & set(_method_name_to_fn_map)  # nothing Thunder has is replaced

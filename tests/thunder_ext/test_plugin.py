@@ -38,8 +38,8 @@ from effects import (  # noqa: E402
 from effects.testing import VOCABULARY, Oracle, programs, schedules  # noqa: E402
 from thunder_ext.declare import declarations  # noqa: E402
 from thunder_ext.declare.honesty import CheckEffects, check_executor  # noqa: E402
+from thunder_ext.declare.declaration_checks import DroppedEffectError  # noqa: E402
 from thunder_ext.declare.plugin import (  # noqa: E402
-    DroppedEffectError,
     OperatorExecutor,
     declare_effects,
     register_implementation,

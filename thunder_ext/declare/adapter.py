@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import effects
 from effects import Alias, Effects, Instruction, Program, gc_paused, operand_values
@@ -33,6 +33,9 @@ from thunder.core.symbol import BoundSymbol
 from ..host.fast import proxy_out_names
 from .keys import op_key
 from .resolve import resolver_for
+
+if TYPE_CHECKING:
+    from .resolve import _Resolved
 
 __all__ = ["AdaptedTrace", "adapt", "adapt_bsyms"]
 
@@ -63,70 +66,95 @@ def adapt_bsyms(
 def _adapt_bsyms(bsyms: Iterable[BoundSymbol], args: Iterable[object], registry: effects.Registry | None,
                  input_aliases: Iterable[Iterable[str]]) -> AdaptedTrace:
     resolver = resolver_for(registry)
-    inputs: list[Hashable] = []
-    defined: set[Hashable] = set()
-
-    def define_input(name: Hashable) -> None:
-        if name not in defined:
-            defined.add(name)
-            inputs.append(name)
-
+    adaptation = _Adaptation()
     for arg in args:
         if isinstance(arg, Proxy):
-            define_input(arg.name)
-    prefix: list[BoundSymbol] = []
-    aligned: list[BoundSymbol] = []
-    instructions: list[Instruction] = []
-    returns: tuple[str, ...] = ()
-    return_bsym = None
+            adaptation.define_input(arg.name)
     for bsym in bsyms:
         sid = bsym.sym.id
         if sid is PrimIDs.UNPACK_TRIVIAL:
-            prefix.append(bsym)
-            for name in proxy_out_names(bsym):
-                define_input(name)
-            continue
-        if sid is PrimIDs.RETURN:
-            return_bsym = bsym
-            returns = tuple(p.name for p in bsym.flat_args if isinstance(p, Proxy))
-            for name in returns:
-                if name not in defined:
-                    define_input(name)
-            continue
-        resolved = resolver.record(bsym)
+            adaptation.unpack(bsym)
+        elif sid is PrimIDs.RETURN:
+            adaptation.return_(bsym)
+        else:
+            adaptation.instruction(bsym, resolver.record(bsym))
+    return adaptation.result(input_aliases)
+
+
+class _Adaptation:
+    """One adaptation in progress: the program inputs in order (the values used before being defined), every value
+    defined so far, and the instructions with the bound symbols they came from."""
+
+    __slots__ = ("inputs", "defined", "prefix", "aligned", "instructions", "returns", "return_bsym")
+
+    def __init__(self) -> None:
+        self.inputs: list[Hashable] = []
+        self.defined: set[Hashable] = set()
+        self.prefix: list[BoundSymbol] = []
+        self.aligned: list[BoundSymbol] = []
+        self.instructions: list[Instruction] = []
+        self.returns: tuple[str, ...] = ()
+        self.return_bsym: BoundSymbol | None = None
+
+    def define_input(self, name: Hashable) -> None:
+        if name not in self.defined:
+            self.defined.add(name)
+            self.inputs.append(name)
+
+    def unpack(self, bsym: BoundSymbol) -> None:
+        """An ``unpack_trivial``: its outputs are program inputs."""
+        self.prefix.append(bsym)
+        for name in proxy_out_names(bsym):
+            self.define_input(name)
+
+    def return_(self, bsym: BoundSymbol) -> None:
+        """The ``python_return``: the program's returns (a value never defined is an input)."""
+        self.return_bsym = bsym
+        self.returns = tuple(p.name for p in bsym.flat_args if isinstance(p, Proxy))
+        for name in self.returns:
+            self.define_input(name)
+
+    def instruction(self, bsym: BoundSymbol, resolved: _Resolved) -> None:
+        """The instruction of any other bound symbol (``resolved``: its resolution), its operands' undefined values
+        made inputs; the instruction kept with the resolution where none of its outputs is defined yet."""
         adapted = resolved.adapted
         if adapted is None:
             adapted = resolved.adapted = _adapted(bsym, resolved.operands, resolved.effects)
         values, names, inst = adapted
         for v in values:
-            if v not in defined:
-                defined.add(v)
-                inputs.append(v)
-        if inst is not None and defined.isdisjoint(names):  # the common case: the instruction made before
-            defined.update(names)
-            instructions.append(inst)
-            aligned.append(bsym)
-            continue
-        operands, eff = resolved.operands, resolved.effects
-        outputs = []
-        extra_aliases = []
-        for j, name in enumerate(names):
-            if name in defined or name in outputs:
-                # the symbol hands back a value it received (or twice): a fresh value that is the same tensor
-                outputs.append(f"{name}@{len(instructions)}.{j}")
-                extra_aliases += [Alias(j, k) for k, op in enumerate(operands) if name in operand_values(op)]
-            else:
-                outputs.append(name)
-        if extra_aliases and not eff.opaque:
-            eff = Effects(eff.operands, eff.aliases | frozenset(extra_aliases), eff.resources,
-                          uncapturable=eff.uncapturable)
-        defined.update(outputs)
-        instructions.append(Instruction(op_key(bsym), operands, tuple(outputs), eff))
-        aligned.append(bsym)
-    known = set(inputs)
-    groups = tuple(frozenset(n for n in g if n in known) for g in input_aliases)
-    program = Program(tuple(instructions), tuple(inputs), returns, tuple(g for g in groups if len(g) > 1))
-    return AdaptedTrace(program, tuple(aligned), tuple(prefix), return_bsym)
+            self.define_input(v)
+        if inst is None or not self.defined.isdisjoint(names):
+            inst = _renamed(bsym, resolved.operands, resolved.effects, names, self.defined, len(self.instructions))
+        self.defined.update(inst.outputs)
+        self.instructions.append(inst)
+        self.aligned.append(bsym)
+
+    def result(self, input_aliases: Iterable[Iterable[str]]) -> AdaptedTrace:
+        """The adapted trace, with the groups of ``input_aliases`` restricted to the program's inputs."""
+        known = set(self.inputs)
+        groups = tuple(frozenset(n for n in g if n in known) for g in input_aliases)
+        program = Program(tuple(self.instructions), tuple(self.inputs), self.returns,
+                          tuple(g for g in groups if len(g) > 1))
+        return AdaptedTrace(program, tuple(self.aligned), tuple(self.prefix), self.return_bsym)
+
+
+def _renamed(bsym: BoundSymbol, operands: tuple[Any, ...], eff: Effects, names: tuple[str, ...],
+             defined: set[Hashable], index: int) -> Instruction:
+    """The instruction ``index`` of a symbol that hands back a value it received (or one value twice): each such
+    output a fresh value (``name@index.j``) that is the same tensor, declared a definite view of the operands that
+    use it."""
+    outputs: list[str] = []
+    extra_aliases = []
+    for j, name in enumerate(names):
+        if name in defined or name in outputs:
+            outputs.append(f"{name}@{index}.{j}")
+            extra_aliases += [Alias(j, k) for k, op in enumerate(operands) if name in operand_values(op)]
+        else:
+            outputs.append(name)
+    if extra_aliases and not eff.opaque:
+        eff = Effects(eff.operands, eff.aliases | frozenset(extra_aliases), eff.resources,
+                      uncapturable=eff.uncapturable)
+    return Instruction(op_key(bsym), operands, tuple(outputs), eff)
 
 
 def _adapted(bsym: BoundSymbol, operands: tuple[Any, ...], eff: Effects

@@ -44,7 +44,8 @@ from thunder.core.transform_common import Transform
 from ..host.names import CALL_CTX
 from ..host.fast import with_bound_symbols
 from .keys import impl_key, label_of, signature_of
-from .plugin import _check_executor, _check_registry, operator_of, runtime_fn
+from .declaration_checks import _check_executor, _check_registry
+from .plugin import operator_of, runtime_fn
 
 __all__ = ["ExecutorReport", "check_executor", "CheckEffects"]
 

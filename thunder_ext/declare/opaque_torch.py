@@ -16,10 +16,10 @@ extension points:
   argument at its schema position and records that operator — so the trace carries the operator with its
   precise per-parameter effects;
 * missing ``Tensor`` methods are entries of the torch language context's method table mapping to the dispatcher;
-* in-place methods whose out-of-place op Thunder has (``sigmoid_``, ``clamp_min_``, ``index_fill_``,
-  ``scatter_reduce_``, ``fill_``, ... :func:`derived_methods`) are not opaque: they trace as ``copy_(self,
-  X(self, ...))``, Thunder's own definition of its in-place ops, so they differentiate and fuse; likewise
-  ``F.dropout(inplace=True)`` (:data:`DERIVED_FUNCTIONS`), which Thunder's symbol refuses.
+* in-place methods whose out-of-place op Thunder has (``sigmoid_``, ``fill_``, ...) are not opaque: they trace as
+  ``copy_(self, X(self, ...))``, Thunder's own definition of its in-place ops, so they differentiate and fuse;
+  likewise ``F.dropout(inplace=True)``, ``torch.sigmoid_(x)`` and ``a |= b`` (:mod:`thunder_ext.declare.inplace_methods`
+  derives them; the lookasides and method entries here install them).
 
 In a differentiated compilation an operator autograd would have to differentiate (a floating-point operand, outside
 ``no_grad``) is refused with :class:`OpaqueUnderAutogradError` (:func:`refuse_under_autograd`): no gradient rule is
@@ -41,13 +41,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from effects import InvalidDeclaration, derive
 
 import thunder.extend as extend
-import thunder.torch as ltorch
 from thunder.core.devices import to_device, to_torch_device
 from thunder.core.dtypes import to_dtype, to_torch_dtype
 from thunder.core import dtypes
@@ -58,15 +56,14 @@ from thunder.core.jit_ext import ensure_recursive_proxies
 from thunder.core.prims import OpTags
 from thunder.core.symbol import Symbol
 
-from ..host.names import GRAD_TABLE, LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
+from ..host.names import GRAD_TABLE, METHOD_TABLE, TORCH_FUNCTION_MAP
+from .inplace_methods import (AUTOGRAD_STATE, DERIVED_FUNCTIONS, INPLACE_OPERATORS, METADATA_METHODS, derived_methods,
+                              inplace_functions, inplace_name, inplace_operator, method_call)
 from .plugin import OperatorExecutor
 
-__all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "supported", "operator_for", "derived_methods",
-           "opaque_method", "DERIVED_FUNCTIONS", "FUNCTIONAL_TWINS", "METADATA_METHODS", "AUTOGRAD_STATE",
-           "RANDOM_FILLS", "native_lookaside", "inplace_name", "register_opaque",
-           "INPLACE_OPERATORS",
-           "executors_with", "lookasides", "methods", "grad_requiring", "OpaqueUnderAutogradError",
-           "refuse_under_autograd"]
+__all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "supported", "operator_for", "opaque_method",
+           "native_lookaside", "register_opaque", "executors_with", "lookasides", "methods", "grad_requiring",
+           "OpaqueUnderAutogradError", "refuse_under_autograd"]
 
 EXECUTOR_NAME = "thunder_effects_opaque_torch"
 
@@ -192,78 +189,6 @@ def _overload(packet: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
 
 
 # --- dispatchers: one per torch function ---------------------------------------------------------------------
-
-
-# --- in-place methods Thunder lacks, derived from the out-of-place op it has ---------------------------------------
-METADATA_METHODS = frozenset({
-    "as_strided_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swapaxes_", "swapdims_", "resize_", "resize_as_",
-    "set_",
-})
-"""In-place methods that change a tensor's shape, strides or storage, not (only) its values: never derived; they run
-as opaque torch calls that rebind the traced tensor (:mod:`thunder_ext.python_state.rebinding`)."""
-
-RANDOM_FILLS = frozenset({"bernoulli_", "uniform_", "normal_", "random_", "cauchy_", "exponential_", "geometric_",
-                          "log_normal_"})
-"""In-place random fills: ``x.bernoulli_(p)`` is not ``bernoulli(x)`` (which reads ``x`` as probabilities), so they are
-never derived; the ones Thunder lacks run as opaque torch calls."""
-
-AUTOGRAD_STATE = frozenset({"detach_", "requires_grad_", "share_memory_"})
-"""In-place methods that change autograd or sharing state, not values: neither derived nor opaque (Thunder's own
-answer stands)."""
-
-
-def inplace_name(name: str) -> bool:
-    """A public in-place name: ``add_``, not ``__iadd__`` or ``_foreach_add_``."""
-    return name.endswith("_") and not name.endswith("__") and not name.startswith("_")
-
-
-def _derived(name: str, functional: Callable[..., Any]) -> Callable[..., Any]:
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return LTORCH_COPY.get()(self, functional(self, *args, **kwargs))
-
-    method.__name__ = method.__qualname__ = f"derived_{name}"
-    return method
-
-
-def _fill(self: Any, value: Any) -> Any:
-    if isinstance(value, TensorProxy):
-        return ltorch.expand(ltorch.to(value, self.dtype), self.shape)
-    return ltorch.full_like(self, value)
-
-
-def _dropout(a: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
-    if inplace:
-        return LTORCH_COPY.get()(a, ltorch.dropout(a, p, training))
-    return ltorch.dropout(a, p, training)
-
-
-FUNCTIONAL_TWINS: dict[str, Callable[..., Any]] = {"fill_": _fill}
-"""Out-of-place twins of in-place methods whose name does not say it (``fill_`` is ``full_like``)."""
-
-
-def derived_methods() -> dict[str, Callable[..., Any]]:
-    """``Tensor.X_`` methods Thunder lacks, for every ``X`` it has (and :data:`FUNCTIONAL_TWINS`): traced as
-    ``copy_(self, X(self, ...))`` — exactly how Thunder defines its own in-place ops (``relu_``, ``add_``), so
-    they are differentiable, fusible and their effects are the ``copy_``'s. Metadata mutations, autograd state and
-    random fills are excluded."""
-    found = {}
-    methods_known = METHOD_TABLE.get()
-    for name in dir(torch.Tensor):
-        if not inplace_name(name) or name in METADATA_METHODS or name in AUTOGRAD_STATE or name in RANDOM_FILLS:
-            continue
-        if name in methods_known:
-            continue
-        functional = FUNCTIONAL_TWINS.get(name) or methods_known.get(name[:-1])
-        if functional is not None:
-            found[name] = _derived(name, functional)
-    return found
-
-
-DERIVED_FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {F.dropout: _dropout}
-"""Torch functions whose Thunder symbol refuses ``inplace=True``: traced as the symbol plus ``copy_``."""
-"""Thunder symbols that raise for some arguments, and the ATen op those calls run as instead."""
-
-
 @dataclass(frozen=True, slots=True)
 class OpaqueTorchOp:
     """A torch function (or ``Tensor`` method) that runs as an opaque torch call, and its dispatcher."""
@@ -302,44 +227,6 @@ def register_opaque(torch_fn: Callable[..., Any], packet: Any, *, method: str | 
     return OpaqueTorchOp(torch_fn, packet, _dispatcher(name, packet), method)
 
 
-INPLACE_OPERATORS: dict[str, str] = {
-    "__ior__": "bitwise_or_", "__iand__": "bitwise_and_", "__ixor__": "bitwise_xor_",
-    "__ilshift__": "bitwise_left_shift_", "__irshift__": "bitwise_right_shift_", "__ifloordiv__": "floor_divide_",
-    "__imod__": "remainder_",
-}
-"""Augmented assignments ``TensorProxy`` inherits from ``Proxy`` (which refuses them), and the in-place method eager
-runs for each (``a |= b`` is ``a.bitwise_or_(b)``)."""
-
-
-def _method_call(name: str) -> Callable[..., Any]:
-    """Calls ``Tensor.<name>`` as traced (Thunder's symbol, or this module's derived or opaque method)."""
-    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return METHOD_TABLE.get()[name](self, *args, **kwargs)
-
-    call.__name__ = call.__qualname__ = f"call_{name}"
-    return call
-
-
-def _inplace_operator(dunder: str, method: str) -> Callable[..., Any]:
-    refused = getattr(Proxy, dunder)
-    call = _method_call(method)
-
-    def operator(a: Any, b: Any) -> Any:
-        return call(a, b) if isinstance(a, TensorProxy) else refused(a, b)
-
-    operator.__name__ = operator.__qualname__ = f"inplace_{dunder.strip('_')}"
-    return operator
-
-
-def _inplace_functions() -> list[str]:
-    """``torch.<name>_`` functions Thunder lacks whose method this module or Thunder traces (``torch.sigmoid_(x)``
-    is ``x.sigmoid_()``)."""
-    mapped = TORCH_FUNCTION_MAP.get()
-    traced = set(METHOD_TABLE.get()) | set(_DERIVED) | {op.method for op in _SUPPORTED}
-    return sorted(name for name in dir(torch) if inplace_name(name) and name in traced
-                  and callable(getattr(torch, name)) and getattr(torch, name) not in mapped)
-
-
 def native_lookaside(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A lookaside that runs ``fn`` natively on proxies, list items proxied first (Thunder's own torch lookaside)."""
     return ensure_recursive_proxies(interpreter_needs_wrap(fn))
@@ -362,9 +249,9 @@ def lookasides() -> dict[Callable[..., Any], Callable[..., Any]]:
     for torch_fn, fn in DERIVED_FUNCTIONS.items():
         table[torch_fn] = native_lookaside(fn)
     for name in _INPLACE_FUNCTIONS:
-        table[getattr(torch, name)] = native_lookaside(_method_call(name))
+        table[getattr(torch, name)] = native_lookaside(method_call(name))
     for dunder, method_name in INPLACE_OPERATORS.items():
-        table[getattr(Proxy, dunder)] = native_lookaside(_inplace_operator(dunder, method_name))
+        table[getattr(Proxy, dunder)] = native_lookaside(inplace_operator(dunder, method_name))
     return table
 
 
@@ -408,7 +295,8 @@ def opaque_method(name: str) -> OpaqueTorchOp:
 
 _DERIVED = derived_methods()
 _SUPPORTED = _register_all()
-_INPLACE_FUNCTIONS = _inplace_functions()
+_INPLACE_FUNCTIONS = inplace_functions(set(METHOD_TABLE.get()) | set(_DERIVED)
+                                       | {op.method for op in _SUPPORTED if op.method is not None})
 
 
 def supported() -> tuple[OpaqueTorchOp, ...]:

@@ -20,18 +20,10 @@ graph uses the effects of the implementation actually chosen. Claiming a symbol 
 ``impl_key(S, executor)``; with an ``execution_transform`` instead of an op, that is the only record, and the
 symbols the transform emits need declarations of their own.
 
-**Consistency** at declaration time: an implementation must cover the effects of the symbol it implements
-(:meth:`effects.Effects.covers`). It may add effects (a kernel that also writes a workspace) but must not drop a
-write, turn a read-write into a blind write, drop a definite alias or a resource: :class:`DroppedEffectError` names
-the executor, the symbol and the missing effect. Truthfulness at test time is :mod:`thunder_ext.declare.honesty`'s job.
-An
-op nobody declared stays opaque (a full barrier), so a lying-by-omission executor is slow, never wrong.
-
-**Input** is checked before anything is registered, and every complaint names the argument: the executor and the
-registry by type, operand lists and resources by kind (:func:`effects.make_effects`), a written schema's name
-against the operator's (a schema copied from another op would describe the wrong operands) and its output alias
-sets against its parameters. Wrong kinds raise :class:`effects.InvalidArgumentError` (a ``TypeError``), malformed
-declarations :class:`effects.InvalidDeclaration` (a ``ValueError``).
+**Checks** (:mod:`thunder_ext.declare.declaration_checks`) run before anything is registered: the input
+(every complaint names the argument) and that an implementation covers the effects of the symbol it claims
+(:class:`~thunder_ext.declare.declaration_checks.DroppedEffectError` otherwise). An op nobody declared stays
+opaque (a full barrier), so a lying-by-omission executor is slow, never wrong.
 """
 
 from __future__ import annotations
@@ -40,10 +32,9 @@ from collections.abc import Callable, Hashable, Iterable, Sized
 from dataclasses import dataclass
 from typing import Any
 
-import torch
+import torch  # noqa: F401  (the docstring examples use it)
 from effects import (
     EFFECT_LISTS,
-    ConflictingDeclarationError,
     Effects,
     EffectSpec,
     InvalidArgumentError,
@@ -62,75 +53,17 @@ import thunder.extend as extend
 from thunder.core.symbol import BoundSymbol, Symbol
 
 from ..host.names import BIND_POSTPROCESS, CALL_CTX
-from .keys import impl_key, key_of, label_of, signature_of
+from .declaration_checks import (_check_covers, _check_executor, _check_list_keywords, _check_registry,
+                                 _check_schema_name)
+from .keys import impl_key, label_of, signature_of
 
-__all__ = [
-    "EffectSpec",
-    "DroppedEffectError",
-    "Declared",
-    "OperatorExecutor",
-    "register_operator",
-    "register_implementation",
-    "declare_effects",
-    "effects_for",
-    "operator_of",
-    "runtime_fn",
-]
-
-
-class DroppedEffectError(ConflictingDeclarationError):
-    """An implementation's declared effects drop an effect of the symbol it implements.
-
-    >>> issubclass(DroppedEffectError, ConflictingDeclarationError)
-    True
-    """
-
-
-def _check_executor(executor: object, function: str) -> None:
-    if not isinstance(executor, extend.Executor):
-        raise InvalidArgumentError(
-            f"{function}: executor= takes a thunder.extend.Executor (e.g. thunder_ext.OperatorExecutor('name')), "
-            f"got {executor!r}"
-        )
-
-
-def _check_registry(registry: object, function: str) -> None:
-    if registry is not None and not isinstance(registry, Registry):
-        raise InvalidArgumentError(
-            f"{function}: registry= takes an effects.Registry or None (the process-wide default), got {registry!r}"
-        )
+__all__ = ["EffectSpec", "Declared", "OperatorExecutor", "register_operator", "register_implementation",
+           "declare_effects", "effects_for", "operator_of", "runtime_fn"]
 
 
 def _effect_lists(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Split the operand lists (:data:`effects.EFFECT_LISTS`) out of ``kwargs`` (which keeps the rest)."""
     return {key: kwargs.pop(key) for key in EFFECT_LISTS if key in kwargs}
-
-
-def _check_list_keywords(lists: dict[str, Any], function: str) -> None:
-    unknown = sorted(set(lists) - set(EFFECT_LISTS))
-    if unknown:
-        raise InvalidArgumentError(
-            f"{function}: unexpected keyword argument(s) {unknown}; the operand lists are {list(EFFECT_LISTS)}"
-        )
-
-
-def _check_schema_name(spec: EffectSpec, names: set[str], label: str) -> None:
-    """A written schema (string or ``FunctionSchema``) must carry the operator's name: one copied from another op
-    describes that op's operands, and positions would silently shift."""
-    schema: Any = spec
-    if isinstance(spec, str):
-        try:
-            schema = torch._C.parse_schema(spec)
-        except RuntimeError:
-            return  # make_effects reports the parse error with its position
-    if not isinstance(schema, torch._C.FunctionSchema):
-        return
-    name = schema.name.split("::")[-1]
-    if name not in names:
-        raise InvalidDeclaration(
-            f"{label}: effects= is the schema of {name!r}, not of this operator ({' / '.join(sorted(names))}); "
-            f"write the schema with the operator's name, e.g. {sorted(names)[0]}{str(schema)[len(schema.name):]}"
-        )
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -228,20 +161,6 @@ def operator_of(executor: extend.Executor, symbol_or_name: Symbol | Hashable) ->
 
 
 # --- recording declarations ----------------------------------------------------------------------------------
-def _check_covers(registry: Registry, executor: extend.Executor, claimed: Symbol | Hashable, provided: Effects) -> None:
-    resolution = registry.resolve(key_of(claimed) if isinstance(claimed, Symbol) else claimed)
-    dropped = provided.uncovered(resolution.effects)
-    if dropped:
-        name = label_of(claimed)
-        raise DroppedEffectError(
-            f"executor {executor.name!r} implements {name} but its declared effects drop {'; '.join(dropped)}.\n"
-            f"  {name} ({resolution.source}): {resolution.effects}\n"
-            f"  {executor.name!r} declares: {provided}\n"
-            "An implementation may add effects but must cover the symbol's; declare the missing ones (e.g. "
-            "read_writes=[...] instead of writes=[...]) or do not claim the symbol."
-        )
-
-
 def _declare(
     registry: Registry, executor: extend.Executor, keys: Iterable[Hashable], eff: Effects,
     signature: Signature | None, label: str,
@@ -296,36 +215,56 @@ def declare_effects(
     _check_list_keywords(lists, "declare_effects")
     registry = registry if registry is not None else default_registry()
     target = operator_of(executor, symbol_or_name)
-    claimed_id = target.id if isinstance(target, Symbol) else target
-    impl = executor.implmap.get(claimed_id)
+    claimed, operator = _claim_and_operator(executor, target)
+    eff, signature = _declared_effects(executor, target, operator, effects, lists)
+    keys: list[Hashable] = []
+    if claimed:
+        _check_covers(registry, executor, target, eff)
+        keys.append(impl_key(target.id if isinstance(target, Symbol) else target, executor))
+    if operator is not None:
+        keys.append(impl_key(operator, executor))
+    return _declare(registry, executor, keys, eff, signature, label_of(target))
+
+
+def _claim_and_operator(executor: extend.Executor, target: Symbol | Hashable) -> tuple[bool, Symbol | None]:
+    """Whether ``executor`` claims ``target`` (rather than owns it), and the operator that runs: ``target`` itself
+    when owned, else the claim's implementing operator (``None`` for a claim by ``execution_transform``).
+
+    Raises:
+        LookupError: the executor neither owns nor claims ``target``.
+    """
+    impl = executor.implmap.get(target.id if isinstance(target, Symbol) else target)
     owned = isinstance(target, Symbol) and target.executor == executor
     if not owned and impl is None:
         raise LookupError(
             f"declare_effects(symbol_or_name=...): executor {executor.name!r} neither owns nor claims "
-            f"{label_of(target)}; register it with "
-            "register_operator/register_implementation first (owned: "
+            f"{label_of(target)}; register it with register_operator/register_implementation first (owned: "
             f"{sorted(executor.opmap)}, claimed: {[describe_key(k) for k in executor.implmap]})."
         )
-    operator = target if owned else impl.symbol
+    return impl is not None and not owned, target if owned else impl.symbol
+
+
+def _declared_effects(executor: extend.Executor, target: Symbol | Hashable, operator: Symbol | None,
+                      spec: EffectSpec, lists: dict[str, Iterable[Any]]) -> tuple[Effects, Signature | None]:
+    """The effects declared for ``target`` run by ``operator`` (:func:`effects_for`: with neither a spec nor operand
+    lists, the operator's schema), and the signature naming their operands (the target's, else the operator's).
+
+    Raises:
+        InvalidDeclaration: a schema of another op, a bad operand, or nothing to declare.
+    """
     label = label_of(target)
     signature = signature_of(target) if isinstance(target, Symbol) else (
         signature_of(operator) if operator is not None else None
     )
     fn = runtime_fn(operator) if operator is not None else None
-    _check_schema_name(effects, {s.name for s in (target, operator) if isinstance(s, Symbol)}, label)
-    eff = effects_for(effects, signature=signature, op=label, fn=fn, **lists)
+    _check_schema_name(spec, {s.name for s in (target, operator) if isinstance(s, Symbol)}, label)
+    eff = effects_for(spec, signature=signature, op=label, fn=fn, **lists)
     if eff is None:
         raise InvalidDeclaration(
             f"{label}: no effects given for executor {executor.name!r}; pass effects=... (Effects or a schema "
             "string) or reads=/writes=/read_writes=/aliases=/resources= (use effects.PURE for none)."
         )
-    keys: list[Hashable] = []
-    if impl is not None and not owned:
-        _check_covers(registry, executor, target, eff)
-        keys.append(impl_key(claimed_id, executor))
-    if operator is not None:
-        keys.append(impl_key(operator, executor))
-    return _declare(registry, executor, keys, eff, signature, label)
+    return eff, signature
 
 
 def register_operator(

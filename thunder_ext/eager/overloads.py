@@ -45,7 +45,8 @@ from thunder.core.trace import get_tracectx
 
 from ..host.names import LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
 from ..declare.keys import python_signature
-from ..declare.opaque_torch import OpaqueTorchOp, grad_requiring, inplace_name, native_lookaside, register_opaque
+from ..declare.inplace_methods import inplace_name
+from ..declare.opaque_torch import OpaqueTorchOp, grad_requiring, native_lookaside, register_opaque
 
 __all__ = ["OutShapeError", "accepts", "write_out", "refuse_under_grad", "out_functions", "memory_format_functions",
            "CAT_FUNCTIONS", "lookasides", "methods"]

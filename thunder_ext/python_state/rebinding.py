@@ -38,8 +38,8 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx
 from thunder.core.transforms import get_grad, put_grad, register_grad
 
-from ..declare.opaque_torch import (METADATA_METHODS, OpaqueTorchOp, executor, native_lookaside, opaque_method,
-                                    operator_for)
+from ..declare.inplace_methods import METADATA_METHODS
+from ..declare.opaque_torch import OpaqueTorchOp, executor, native_lookaside, opaque_method, operator_for
 from ..host.names import REBOUND
 from ..passes.autograd_boundary import differentiated
 

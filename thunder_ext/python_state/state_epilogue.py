@@ -42,7 +42,7 @@ from effects import Heap, Slot, SlotKind, Write
 from thunder.core.proxies import Proxy
 from thunder.core.trace import TraceCtx, tracectx
 
-from . import dict_state, module_state, object_state
+from . import dict_state, list_state, module_state, object_state
 
 __all__ = ["write_back"]
 
@@ -79,7 +79,7 @@ def write_back(original: Callable[..., Any], ctx: Any, epilogue_trace: TraceCtx)
         _record(heap, routes, owner, SlotKind.ATTR, name, value)
     for d, key, value in dict_state.take_writes(ctx):  # in program order (an object's __dict__ too, as items)
         _record(heap, routes, d, SlotKind.ITEM, key.value, value)
-    for lst in object_state.written_lists(ctx):
+    for lst in list_state.written_lists(ctx):
         _record(heap, routes, lst, SlotKind.CONTENTS, None, lst)
     emit = _Emitter(ctx, epilogue_trace, routes, without_grad)
     with tracectx(epilogue_trace):

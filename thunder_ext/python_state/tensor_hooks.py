@@ -44,10 +44,8 @@ registered a hook; nothing at run time besides the hooks' own ops in the backwar
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -65,8 +63,9 @@ from thunder.core.trace import TraceCtx, get_tracectx, tracectx
 from thunder.core.trace_interpreter import interpret_trace
 from thunder.core.transforms import get_grad, put_grad, register_grad
 
-from ..host.names import HOOKS, INTERPRET_CALL, LIST_WRITES
+from ..host.names import HOOKS, INTERPRET_CALL
 from ..declare.adapter import adapt
+from .container_snapshot import ContainerSnapshot
 from .interpreter_state import requires_grad
 from ..declare.resolve import bsym_effects
 
@@ -197,7 +196,7 @@ def _trace_hook(hook: Any, wrapped_self: Any) -> TraceCtx:
     t = unwrap(wrapped_self)
     grad = TensorProxy(like=t, requires_grad=False)
     wrapped_grad = wrap(grad, provenance=ProvenanceRecord(PseudoInst.LOOKASIDE, inputs=[wrapped_self.provenance]))
-    cd, trace, snapshot = get_compile_data(), get_tracectx(), _Snapshot(hook)
+    cd, trace, snapshot = get_compile_data(), get_tracectx(), ContainerSnapshot(hook)
     grad_mode, cd.is_grad_enabled = cd.is_grad_enabled, False
     trace.push_scope([])
     try:
@@ -236,69 +235,8 @@ def _check_result(hook: Any, t: TensorProxy, value: Any) -> None:
             f"{value.dtype} {tuple(value.shape)} on {value.device})"))
 
 
-def _reachable(hook: Any) -> Iterator[tuple[str, Any]]:
-    """The Python objects a hook reaches by name: closed-over cells, referenced globals, defaults, its ``self``."""
-    fn = getattr(hook, "__func__", hook)
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return
-    for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=False):
-        with contextlib.suppress(ValueError):  # an empty cell
-            yield name, cell.cell_contents
-    yield from ((name, fn.__globals__[name]) for name in code.co_names if name in fn.__globals__)
-    yield from (("a default", value) for value in fn.__defaults__ or ())
-    if hasattr(hook, "__self__"):
-        yield "self", hook.__self__
-
-
-_NOT_STATE = (str, bytes, type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-              torch.Tensor, Proxy)
-
-
-def _containers(value: Any, depth: int = 2) -> Iterator[list[Any] | dict[Any, Any] | set[Any]]:
-    """The mutable containers ``value`` is or holds, ``depth`` levels down: lists, dicts, sets, objects' attribute
-    dicts."""
-    if depth == 0 or isinstance(value, _NOT_STATE):
-        return
-    container = value if isinstance(value, (list, dict, set)) else getattr(value, "__dict__", None)
-    if isinstance(container, (list, dict, set)):
-        yield container
-    items = value if isinstance(value, (list, tuple, set, frozenset)) else \
-        (container.values() if isinstance(container, dict) else ())
-    for item in list(items):
-        yield from _containers(item, depth - 1)
-
-
-class _Snapshot:
-    """Shallow copies of the containers a hook reaches (:func:`_reachable`, :func:`_containers`), taken before it is
-    traced: what the hook stored there while traced can be found and undone."""
-
-    def __init__(self, hook: Any) -> None:
-        self.saved = [(name, c, c.copy()) for name, value in _reachable(hook) for c in _containers(value)]
-
-    def storing(self, names: set[str]) -> str | None:
-        """The name by which the hook reached a container that now holds one of the proxies ``names`` — itself, or
-        the interpreter's copy of it where the write went there (a list reachable from the arguments:
-        :mod:`thunder_ext.python_state.object_state` records such writes on a copy, :data:`LIST_WRITES`)."""
-        copies = {id(w.original_value): w.value for w in (LIST_WRITES.get(get_jit_ctx()) or {}).values()}
-        for name, container, _ in self.saved:
-            current = copies.get(id(container), container)
-            values = current.values() if isinstance(current, dict) else current
-            if any(isinstance(v, Proxy) and v.name in names for v in list(values)):
-                return name
-        return None
-
-    def restore(self) -> None:
-        for _, container, before in self.saved:
-            if isinstance(container, list):
-                container[:] = before
-            else:
-                container.clear()
-                container.update(before)
-
-
 def _check_side_effects(hook: Any, t: TensorProxy, bsyms: list[BoundSymbol], grad: TensorProxy,
-                        snapshot: _Snapshot) -> None:
+                        snapshot: ContainerSnapshot) -> None:
     effectful = next((b for b in bsyms if bsym_effects(b).has_side_effects), None)
     if effectful is not None:
         raise _Refused(HookError(
