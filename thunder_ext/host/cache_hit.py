@@ -32,7 +32,6 @@ with the same entry: the prologues are the guards, the cache-info dictionary equ
 from __future__ import annotations
 
 import functools
-import inspect
 import time
 import types
 import weakref
@@ -49,7 +48,8 @@ from thunder.core.pytree import tree_flatten
 from thunder.core.trace import get_tracectx
 from thunder.executors.torch_autograd import connect_to_autograd
 
-from .names import CACHE_INFO_CTX, CHECK_IMPLS, COMPILE_DATA_CTX
+from .names import (CACHE_INFO_CTX, CHECK_IMPLS, COMPILE_DATA_CTX, EPILOGUE_DECORATORS, PROLOGUE_CHECK_GLOBALS,
+                    PROLOGUE_TIMER_CLOSURE)
 
 __all__ = ["hit_path", "cache_info", "alias_string", "plain_epilogue", "guard", "GuardFailed"]
 
@@ -182,18 +182,19 @@ closures or ``str(device)`` per tensor (``tests/thunder_ext/test_call_path.py`` 
 
 def guard(entry: Any) -> Callable[..., Any]:
     """The prologue of a cache entry as the hit path runs it: Thunder's generated function (the same code object,
-    taken from inside the timer ``thunder.jit`` wraps it in) with its check implementations swapped for
-    :data:`_FAST_CHECKS` in a copy of its globals; ``entry.prologue_fn`` itself when the function cannot be found
-    there."""
+    taken from inside the timer ``thunder.jit`` wraps it in: :data:`~thunder_ext.host.names.PROLOGUE_TIMER_CLOSURE`)
+    with its check implementations swapped for :data:`_FAST_CHECKS` in a copy of its globals
+    (:data:`~thunder_ext.host.names.PROLOGUE_CHECK_GLOBALS`); ``entry.prologue_fn`` itself when the function
+    cannot be found there."""
     timed = entry.prologue_fn
-    inner = [c.cell_contents for c in (getattr(timed, "__closure__", None) or ())
-             if isinstance(c.cell_contents, types.FunctionType)]
+    inner = [v for v in PROLOGUE_TIMER_CLOSURE.closure(timed) if isinstance(v, types.FunctionType)]
     if len(inner) != 1 or inner[0].__closure__ is not None:
         return timed
     pro = inner[0]
     scope = dict(pro.__globals__)
     swapped = False
-    for name, value in scope.items():
+    for name in PROLOGUE_CHECK_GLOBALS.detail:
+        value = scope.get(name)
         fast = _FAST_CHECKS.get(value) if callable(value) else None
         if fast is not None:
             scope[name] = fast
@@ -214,7 +215,7 @@ def plain_epilogue(entry: Any) -> Callable[..., Any]:
     epilogue = entry.epilogue_fn
     traces = entry.epilogue_traces
     if traces and all(b.sym.id in _PACKING for b in traces[-1].bound_symbols):
-        return inspect.unwrap(epilogue)
+        return EPILOGUE_DECORATORS.peel(epilogue)
     return epilogue
 
 
