@@ -19,14 +19,19 @@ prologue's timer around the prologue. On a trivial function that is ~30 µs agai
    prologue is Thunder's own code object, run with faster implementations of its five check operations
    (:func:`guard`: the same decisions, without a message closure per check or ``str(device)`` per tensor);
 3. the computation, autograd connection, epilogue and grad-mode restore exactly as ``fn_`` does, with the same
-   statistics (``calls``, ``cache_hits``, ``last_traces``, ``last_prologue``...); an epilogue that only unpacks and
-   returns is called without its two mode decorators (:func:`plain_epilogue`).
+   statistics (``calls``, ``cache_hits``, ``last_traces``, ``last_prologue``...) except the timers of the layers it
+   skips (the cache lookup's start, the host-execution and prologue timers) and ``last_computation``, which is the
+   entry's computation itself rather than the per-call timer Thunder wraps it in; an epilogue that only unpacks
+   and returns is called without its two mode decorators (:func:`plain_epilogue`).
 
 No entry passing (a recompile trigger), an empty cache, a call while Thunder traces, a cache option other than
 constant values, autocast, DDP/FSDP: the call goes to Thunder's own path (through :func:`thunder_ext.jit`'s
 wrapper), which runs the prologues again and compiles. So the fast path can only take a hit Thunder would take
-with the same entry: the prologues are the guards, the cache-info dictionary equals Thunder's
-(``tests/thunder_ext/test_call_path.py`` compares them), and everything else falls back.
+with the same entry: the prologues are the guards, the cache-info dictionary equals Thunder's, and everything else
+falls back. ``tests/thunder_ext/test_cache_hit_equivalence.py`` runs a corpus of programs through both paths and
+compares the entry chosen, the cache info and every statistics field after each call; what the path relies on in
+Thunder's code (the prologue's timer closure and check globals, the epilogue's decorators) is in
+:data:`thunder_ext.host.names.RELIANCES`.
 """
 
 from __future__ import annotations
