@@ -1,11 +1,13 @@
-"""Every private name of Thunder that thunder_ext reads or writes, and every attribute it attaches to Thunder
-objects: two tables, the way :data:`thunder_ext.host.patches.PATCHES` is the one table of what is patched.
+"""Every private name of Thunder that thunder_ext reads or writes, every attribute it attaches to Thunder objects
+and every way it relies on the shape of Thunder's code: three tables, the way
+:data:`thunder_ext.host.patches.PATCHES` is the one table of what is patched.
 
 Thunder 0.2.6 has no public way to ask some questions thunder_ext must ask (which torch functions have a symbol,
-which Python callable an operator runs, where a ``ThunderModule`` forwards), and no place to keep what
-thunder_ext learns about a trace, a bound symbol or a CUDA graph runner. Those reads and stashes go through the
-accessors below and nowhere else (``tests/thunder_ext/test_thunder_table.py`` pins both tables against the
-installed Thunder and checks that no other module reads a private Thunder name or spells a stash name).
+which Python callable an operator runs, where a ``ThunderModule`` forwards, which executor a fusion predicate
+belongs to), and no place to keep what thunder_ext learns about a trace, a bound symbol or a CUDA graph runner.
+Those reads and stashes go through the accessors below and nowhere else (``tests/thunder_ext/test_thunder_table.py``
+pins the tables against the installed Thunder and checks that no other module reads a private Thunder name or
+spells a stash name).
 
 Each entry names the thunder_ext modules that use it (``users``, derived from the source and checked by
 ``test_thunder_table.py``: a module that starts or stops using an entry changes the table with it).
@@ -392,7 +394,7 @@ class Touch:
     def new(cls: type) -> Any:
         """An instance of ``cls`` whose ``__init__`` has not run: the caller sets every field in ``detail``
         (``Reliance.BYPASS``)."""
-        return cls.__new__(cls)
+        return cls.__new__(cls)  # type: ignore[call-overload]
 
     @staticmethod
     def copy(fn: Any) -> Any:
