@@ -363,14 +363,15 @@ class Reliance(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Touch:
-    """One way thunder_ext relies on the shape of Thunder's code (see :class:`Reliance`)."""
+    """One way thunder_ext relies on the shape of Thunder's code: how (``kind``, which says what its pinning test
+    checks), on which Thunder function or class (``relies_on``, a dotted path), about which names (``detail``:
+    cells, globals, code objects or fields, see :class:`Reliance`), done by which thunder_ext functions (``users``,
+    ``module.function``) and why."""
 
     kind: Reliance
     relies_on: str
-    """Dotted path of the Thunder function or class whose shape is relied on."""
     detail: tuple[str, ...]
     users: tuple[str, ...]
-    """``module.function`` of each thunder_ext function that does it."""
     why: str
 
     def closure(self, fn: Any) -> tuple[Any, ...]:
