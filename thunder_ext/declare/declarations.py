@@ -57,7 +57,7 @@ from thunder.core.symbol import Symbol
 from thunder.executors import torchex
 
 from . import collectives
-from ..host.names import MAY_VIEW_SYMBOLS, METHOD_TABLE, TORCH_FUNCTION_MAP, VIEW_SYMBOLS
+from ..host.names import DISPATCH_CLOSURE, MAY_VIEW_SYMBOLS, METHOD_TABLE, TORCH_FUNCTION_MAP, VIEW_SYMBOLS
 from .keys import impl_key, python_signature, signature_of
 
 __all__ = [
@@ -137,8 +137,7 @@ def _symbols_behind(value: object) -> tuple[Symbol, ...]:
     wrapper (``dispatch_to_impl``: single-device vs DTensor) closes over."""
     if isinstance(value, Symbol):
         return (value,)
-    cells = getattr(value, "__closure__", None) or ()
-    return tuple(c.cell_contents for c in cells if isinstance(c.cell_contents, Symbol))
+    return tuple(v for v in DISPATCH_CLOSURE.closure(value) if isinstance(v, Symbol))
 
 
 def _torch_functions() -> dict[Hashable, list[object]]:

@@ -17,7 +17,6 @@ statistics take two reductions outside the batch-norm kernel (only for ``momentu
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -26,15 +25,14 @@ import torch.nn.functional as F
 
 from thunder.core.interpreter import unwrap
 
-from ..host.names import INTERPRET_CALL
+from ..host.names import INTERPRET_CALL, LOOKASIDE_COPY
 
 __all__ = ["cumulative_average_forward", "lookasides"]
 
 _FORWARD = torch.nn.BatchNorm1d.forward
 """``torch.nn.modules.batchnorm._BatchNorm.forward``, which every ``BatchNorm*`` module runs."""
 
-_TORCH_FORWARD = types.FunctionType(_FORWARD.__code__, _FORWARD.__globals__, _FORWARD.__name__, _FORWARD.__defaults__,
-                                    _FORWARD.__closure__)
+_TORCH_FORWARD = LOOKASIDE_COPY.copy(_FORWARD)
 """The same function under another identity: interpreting it does not come back to the lookaside."""
 
 

@@ -61,7 +61,7 @@ from thunder.core.dtypes import to_torch_dtype
 from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
 from thunder.core.pytree import tree_flatten, tree_map
 
-from ..host.names import TORCH_FUNCTION_MAP
+from ..host.names import COPY_FRAME, TORCH_FUNCTION_MAP
 from ..declare.adapter import AdaptedTrace, adapt
 from ..declare.declarations import ASSERT
 from ..python_state.arguments import alias_groups_of, storage_pattern
@@ -94,10 +94,7 @@ def result_type_error(result: torch.dtype, output: torch.dtype) -> RuntimeError:
 
 def _copy_code() -> Any:
     """The code object of ``thunder.torch.copy_``'s function (under the symbol's wrappers)."""
-    fn = ltorch.copy_.meta
-    while hasattr(fn, "__wrapped__"):
-        fn = fn.__wrapped__
-    return fn.__code__
+    return COPY_FRAME.peel(ltorch.copy_.meta).__code__
 
 
 _COPY_CODE = _copy_code()

@@ -19,20 +19,24 @@ prologue's timer around the prologue. On a trivial function that is ~30 µs agai
    prologue is Thunder's own code object, run with faster implementations of its five check operations
    (:func:`guard`: the same decisions, without a message closure per check or ``str(device)`` per tensor);
 3. the computation, autograd connection, epilogue and grad-mode restore exactly as ``fn_`` does, with the same
-   statistics (``calls``, ``cache_hits``, ``last_traces``, ``last_prologue``...); an epilogue that only unpacks and
-   returns is called without its two mode decorators (:func:`plain_epilogue`).
+   statistics (``calls``, ``cache_hits``, ``last_traces``, ``last_prologue``...) except the timers of the layers it
+   skips (the cache lookup's start, the host-execution and prologue timers) and ``last_computation``, which is the
+   entry's computation itself rather than the per-call timer Thunder wraps it in; an epilogue that only unpacks
+   and returns is called without its two mode decorators (:func:`plain_epilogue`).
 
 No entry passing (a recompile trigger), an empty cache, a call while Thunder traces, a cache option other than
 constant values, autocast, DDP/FSDP: the call goes to Thunder's own path (through :func:`thunder_ext.jit`'s
 wrapper), which runs the prologues again and compiles. So the fast path can only take a hit Thunder would take
-with the same entry: the prologues are the guards, the cache-info dictionary equals Thunder's
-(``tests/thunder_ext/test_call_path.py`` compares them), and everything else falls back.
+with the same entry: the prologues are the guards, the cache-info dictionary equals Thunder's, and everything else
+falls back. ``tests/thunder_ext/test_cache_hit_equivalence.py`` runs a corpus of programs through both paths and
+compares the entry chosen, the cache info and every statistics field after each call; what the path relies on in
+Thunder's code (the prologue's timer closure and check globals, the epilogue's decorators) is in
+:data:`thunder_ext.host.names.RELIANCES`.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import time
 import types
 import weakref
@@ -49,7 +53,8 @@ from thunder.core.pytree import tree_flatten
 from thunder.core.trace import get_tracectx
 from thunder.executors.torch_autograd import connect_to_autograd
 
-from .names import CACHE_INFO_CTX, CHECK_IMPLS, COMPILE_DATA_CTX
+from .names import (CACHE_INFO_CTX, CHECK_IMPLS, COMPILE_DATA_CTX, EPILOGUE_DECORATORS, PROLOGUE_CHECK_GLOBALS,
+                    PROLOGUE_TIMER_CLOSURE)
 
 __all__ = ["hit_path", "cache_info", "alias_string", "plain_epilogue", "guard", "GuardFailed"]
 
@@ -182,18 +187,19 @@ closures or ``str(device)`` per tensor (``tests/thunder_ext/test_call_path.py`` 
 
 def guard(entry: Any) -> Callable[..., Any]:
     """The prologue of a cache entry as the hit path runs it: Thunder's generated function (the same code object,
-    taken from inside the timer ``thunder.jit`` wraps it in) with its check implementations swapped for
-    :data:`_FAST_CHECKS` in a copy of its globals; ``entry.prologue_fn`` itself when the function cannot be found
-    there."""
+    taken from inside the timer ``thunder.jit`` wraps it in: :data:`~thunder_ext.host.names.PROLOGUE_TIMER_CLOSURE`)
+    with its check implementations swapped for :data:`_FAST_CHECKS` in a copy of its globals
+    (:data:`~thunder_ext.host.names.PROLOGUE_CHECK_GLOBALS`); ``entry.prologue_fn`` itself when the function
+    cannot be found there."""
     timed = entry.prologue_fn
-    inner = [c.cell_contents for c in (getattr(timed, "__closure__", None) or ())
-             if isinstance(c.cell_contents, types.FunctionType)]
+    inner = [v for v in PROLOGUE_TIMER_CLOSURE.closure(timed) if isinstance(v, types.FunctionType)]
     if len(inner) != 1 or inner[0].__closure__ is not None:
         return timed
     pro = inner[0]
     scope = dict(pro.__globals__)
     swapped = False
-    for name, value in scope.items():
+    for name in PROLOGUE_CHECK_GLOBALS.detail:
+        value = scope.get(name)
         fast = _FAST_CHECKS.get(value) if callable(value) else None
         if fast is not None:
             scope[name] = fast
@@ -214,8 +220,70 @@ def plain_epilogue(entry: Any) -> Callable[..., Any]:
     epilogue = entry.epilogue_fn
     traces = entry.epilogue_traces
     if traces and all(b.sym.id in _PACKING for b in traces[-1].bound_symbols):
-        return inspect.unwrap(epilogue)
+        return EPILOGUE_DECORATORS.peel(epilogue)
     return epilogue
+
+
+def _memoized(memo: dict[int, tuple[Any, Any]], key: Any, make: Callable[[Any], Any], entry: Any) -> Any:
+    """``make(entry)``, made once per ``key`` object (held by ``memo`` by id, the object kept alive with it)."""
+    found = memo.get(id(key))
+    if found is None or found[0] is not key:
+        found = memo[id(key)] = (key, make(entry))
+    return found[1]
+
+
+def _first_passing(cd: Any, cs: Any, info: dict[str, Any], guards: dict[int, tuple[Any, Any]],
+                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+    """Step 2: the newest cache entry whose prologue passes, with the prologue's results (``inps`` and
+    ``pro_to_epi``), run under the cache info and compile data as Thunder runs them; ``None`` when none passes."""
+    info_token = _cache_info_ctx.set(info)
+    cd_token = _compile_data.set((cd, cs))
+    try:
+        for candidate in reversed(cs.interpreter_cache):
+            checked = _memoized(guards, candidate.prologue_fn, guard, candidate)
+            try:
+                inps, pro_to_epi = checked(*args, **kwargs)
+            except Exception:
+                continue
+            return candidate, inps, pro_to_epi
+        return None
+    finally:
+        _compile_data.reset(cd_token)
+        _cache_info_ctx.reset(info_token)
+
+
+def _record_hit(cs: Any, entry: Any, now: int) -> None:
+    """The statistics ``update_call_statistics`` and ``get_computation_and_inputs`` record for a hit on ``entry``
+    before the computation runs (``last_computation`` and ``last_trace_host_stop`` follow it)."""
+    cs.calls += 1
+    cs.last_trace_host_start = now
+    cs.cache_hits += 1
+    cs.last_traces = entry.computation_traces
+    cs.last_interpreted_instructions = None
+    cs.last_interpreter_log = None
+    cs.last_prologue_traces = entry.prologue_traces
+    cs.last_prologue = entry.prologue_fn
+    cs.last_prologue_transformation_start = cs.last_prologue_transformation_stop = 0
+    cs.last_computation_transformation_start = cs.last_computation_transformation_stop = 0
+
+
+def _connected(entry: Any, result: Any, split: bool, differentiable: Any) -> Any:
+    """Step 3a, ``maybe_connect_to_autograd``: the computation's result connected to autograd through the
+    entry's backward, when it has one."""
+    if not entry.backward_fn:
+        return result
+    data_for_autograd, (saved_tensors, saved_other) = result
+    connect_to_autograd(
+        backward_fn=entry.backward_fn,
+        flat_args=data_for_autograd["flat_args"],
+        flat_output=data_for_autograd["flat_output"],
+        saved_tensors=saved_tensors,
+        saved_other=saved_other,
+        return_none_instead_of_grads=entry.return_none_instead_of_grads,
+        disable_split_autograd=split,
+        is_differentiable_outputs=differentiable,
+    )
+    return data_for_autograd["output"]
 
 
 def hit_path(jfn: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
@@ -239,58 +307,16 @@ def hit_path(jfn: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
             return slow(*args, **kwargs)
         if get_tracectx() is not None:  # called while Thunder traces: Thunder inlines the function
             return slow(*args, **kwargs)
-        info = cache_info(cd, args, kwargs)
-        if info is None:
+        info = cache_info(cd, args, kwargs)  # step 1
+        hit = None if info is None else _first_passing(cd, cs, info, guards, args, kwargs)
+        if hit is None:  # a recompile trigger (or autocast, DDP/FSDP): Thunder's path checks again and compiles
             return slow(*args, **kwargs)
-        entry = None
-        info_token = _cache_info_ctx.set(info)
-        cd_token = _compile_data.set((cd, cs))
-        try:
-            for candidate in reversed(cs.interpreter_cache):
-                checked = guards.get(id(candidate.prologue_fn))
-                if checked is None or checked[0] is not candidate.prologue_fn:
-                    checked = guards[id(candidate.prologue_fn)] = (candidate.prologue_fn, guard(candidate))
-                try:
-                    inps, pro_to_epi = checked[1](*args, **kwargs)
-                except Exception:
-                    continue
-                entry = candidate
-                break
-        finally:
-            _compile_data.reset(cd_token)
-            _cache_info_ctx.reset(info_token)
-        if entry is None:  # a recompile trigger: Thunder's path checks again and compiles
-            return slow(*args, **kwargs)
-        cs.calls += 1
-        cs.last_trace_host_start = perf_counter_ns()
-        cs.cache_hits += 1
-        cs.last_traces = entry.computation_traces
-        cs.last_interpreted_instructions = None
-        cs.last_interpreter_log = None
-        cs.last_prologue_traces = entry.prologue_traces
-        cs.last_prologue = entry.prologue_fn
-        cs.last_prologue_transformation_start = cs.last_prologue_transformation_stop = 0
-        cs.last_computation_transformation_start = cs.last_computation_transformation_stop = 0
-        try:
+        entry, inps, pro_to_epi = hit
+        _record_hit(cs, entry, perf_counter_ns())
+        try:  # step 3
             computation = entry.computation_fn
-            result = computation(*inps)
-            if entry.backward_fn:
-                data_for_autograd, (saved_tensors, saved_other) = result
-                connect_to_autograd(
-                    backward_fn=entry.backward_fn,
-                    flat_args=data_for_autograd["flat_args"],
-                    flat_output=data_for_autograd["flat_output"],
-                    saved_tensors=saved_tensors,
-                    saved_other=saved_other,
-                    return_none_instead_of_grads=entry.return_none_instead_of_grads,
-                    disable_split_autograd=split,
-                    is_differentiable_outputs=differentiable,
-                )
-                result = data_for_autograd["output"]
-            found = epilogues.get(id(entry.epilogue_fn))
-            if found is None or found[0] is not entry.epilogue_fn:
-                found = epilogues[id(entry.epilogue_fn)] = (entry.epilogue_fn, plain_epilogue(entry))
-            result = found[1](*pro_to_epi, *result)
+            result = _connected(entry, computation(*inps), split, differentiable)
+            result = _memoized(epilogues, entry.epilogue_fn, plain_epilogue, entry)(*pro_to_epi, *result)
             set_grad_enabled(cd.is_grad_enabled)
             cs.last_computation = computation
             return result

@@ -41,7 +41,7 @@ from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 from thunder.core.utils import OrderedSet
 from thunder.executors.utils import comment_symbols
 
-from .names import FLAT_OUTS, FLAT_PROXY_ARGS, FUSED
+from .names import FLAT_OUTS, FLAT_PROXY_ARGS, FUSED, REGION_BYPASS, REGION_FIELDS
 
 __all__ = ["flat_outs", "proxy_outs", "proxy_out_names", "proxy_arg_names", "first_appearance", "region", "fuse",
            "update_fusion_call_ctx", "DontDce", "dedup_number_proxies", "with_bound_symbols"]
@@ -171,11 +171,11 @@ def region(original: type, producers: Any, consumers: Any, bound_symbols: list[B
     inputs = [x for x in consumes.values() if not member(producers[x])]
     outputs = [x for x in produces.values() if any(not member(c) for c in consumers.get(x, ()))]
     order = first_appearance(bound_symbols, {x.name for x in inputs} | {x.name for x in outputs})
-    # the fields of thunder_ext.host.names.REGION_FIELDS, set directly
-    result = original.__new__(original)  # type: ignore[call-overload]
-    result.bound_symbols = bound_symbols
-    result.inputs = OrderedSet(variableify(x) for x in sorted(inputs, key=lambda p: order[p.name]))
-    result.outputs = OrderedSet(variableify(x) for x in sorted(outputs, key=lambda p: order[p.name]))
+    result = REGION_BYPASS.new(original)
+    fields = (bound_symbols, *(OrderedSet(variableify(x) for x in sorted(xs, key=lambda p: order[p.name]))
+                               for xs in (inputs, outputs)))
+    for field, value in zip(REGION_FIELDS, fields, strict=True):
+        field.set(result, value)
     return result
 
 

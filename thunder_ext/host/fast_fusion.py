@@ -37,6 +37,7 @@ from thunder.extend import Executor
 from thunder.executors.data_dependent_partition import Node
 
 from . import state
+from .names import CONJUNCTION_CODE, NODE_BYPASS
 
 __all__ = ["THUNDER_CONJUNCTIONS", "conjunctive", "is_conjunctive", "can_fuse_replacement", "memoizing_can_fuse",
            "can_fuse_memoized"]
@@ -62,14 +63,8 @@ def _thunder_conjunctions() -> frozenset[Any]:
     from thunder.executors.torch_compile import TorchCompileExecutor
     from thunder.transforms.cudagraph import CUDAGraphTransform
 
-    def nested(code: Any) -> Any:
-        for const in code.co_consts:
-            if hasattr(const, "co_code"):
-                yield const
-                yield from nested(const)
-
     return frozenset(c for f in (TorchCompileExecutor.fusion_pass, CUDAGraphTransform.generate_fused_trace)
-                     for c in nested(f.__code__) if c.co_name == "_should_fuse")
+                     for c in CONJUNCTION_CODE.nested_code(f) if c.co_name in CONJUNCTION_CODE.detail)
 
 
 THUNDER_CONJUNCTIONS = _thunder_conjunctions()
@@ -91,7 +86,7 @@ consecutive partition)."""
 def _node(bsym: BoundSymbol, backward: Any = BoundSymbolTag.BACKWARD) -> Node:
     """``Node(0, [bsym], [0], 0, 0, BACKWARD in bsym.tags)`` as Thunder's partitioner makes it for a predicate, the
     empty parent and child sets shared."""
-    node = Node.__new__(Node)
+    node = NODE_BYPASS.new(Node)
     node.ID = node.start = node.stop = 0
     node.group_bsyms = [bsym]
     node.group_indices = [0]

@@ -57,7 +57,7 @@ from thunder.core.prims import PrimIDs
 from thunder.core.proxies import Proxy
 from thunder.core.symbol import BoundSymbol
 
-from ..host.names import RUNNER_BUILD, RUNNER_CALL
+from ..host.names import CUDAGRAPH_MERGE_CLOSURE, RUNNER_BUILD, RUNNER_CALL
 from ..declare.adapter import adapt_bsyms
 from ..declare.keys import label_of
 from .cudagraph_report import Plan, RegionReport, runner_state
@@ -83,14 +83,7 @@ def transform_of(merge_func: Callable[..., Any]) -> Any | None:
     or ``None``."""
     from thunder.transforms.cudagraph import CUDAGraphTransform
 
-    for cell in getattr(merge_func, "__closure__", None) or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if isinstance(value, CUDAGraphTransform):
-            return value
-    return None
+    return next((v for v in CUDAGRAPH_MERGE_CLOSURE.closure(merge_func) if isinstance(v, CUDAGraphTransform)), None)
 
 
 def uncapturable_reason(bsym: BoundSymbol, eff: Effects) -> str | None:

@@ -50,6 +50,7 @@ from thunder.core.proxies import Proxy
 from thunder.core.symbol import BoundSymbol
 
 from ..host.fast import proxy_outs
+from ..host.names import TORCH_COMPILE_MERGE_CLOSURE
 from ..declare.adapter import AdaptedTrace, adapt_bsyms
 from .inductor_facts import Hazard, ProgramFacts, add_alpha, op_name, written_classes
 from .stale_buffers import stale_buffer_hazard
@@ -66,13 +67,7 @@ def compiles_with_inductor(merge_func: Callable[..., Any]) -> bool:
     """Whether ``merge_func`` belongs to a torch.compile executor's fusion pass (its closure holds the executor)."""
     from thunder.executors.torch_compile import TorchCompileExecutor
 
-    for cell in getattr(merge_func, "__closure__", None) or ():
-        try:
-            if isinstance(cell.cell_contents, TorchCompileExecutor):
-                return True
-        except ValueError:  # an empty cell
-            continue
-    return False
+    return any(isinstance(v, TorchCompileExecutor) for v in TORCH_COMPILE_MERGE_CLOSURE.closure(merge_func))
 
 
 def _addmm_alpha_hazard(facts: ProgramFacts, members: Sequence[int]) -> Hazard | None:
