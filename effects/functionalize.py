@@ -61,7 +61,7 @@ from .errors import FunctionalizationError
 from ._util import gc_paused
 from .graph import resolve_effects
 from .model import Effects
-from .program import Const, Instruction, Program, format_window
+from .program import Const, Instruction, Program, format_window, operand_values
 from .registry import Registry
 
 __all__ = ["Functionalized", "Rules", "functionalize"]
@@ -448,14 +448,14 @@ class _Walk:
         why = f"instruction {index} ({inst})"
         self.tainted[value] = why
         for op in inst.inputs:
-            for v in _values(op):
+            for v in operand_values(op):
                 self.tainted[self.nodes[v].root] = why
 
     def writer(self, index: int, inst: Instruction, plan: _Plan) -> None:
         written: list[tuple[tuple[int, int], Value]] = []
         targets: dict[tuple[int, int], Value] = {}
         for k in plan.written:
-            for e, v in enumerate(_values(inst.inputs[k])):
+            for e, v in enumerate(operand_values(inst.inputs[k])):
                 written.append(((k, e), v))
                 targets[(k, e)] = self.fresh(self.nodes[v].name)
         trees = {id(self.nodes[v].top) for _, v in written}
@@ -494,7 +494,7 @@ class _Walk:
         touched = range(len(inst.inputs)) if plan.opaque else plan.written
         roots: dict[Value, tuple[_Node, Value, Value]] = {}
         for k in touched:
-            for v in _values(inst.inputs[k]):
+            for v in operand_values(inst.inputs[k]):
                 top = self.nodes[v].top
                 if top.name not in roots:
                     self.check_untainted(top.name, index)
@@ -541,7 +541,7 @@ class _Walk:
         (``news``, updated in place)."""
         scattered: dict[Value, Value] = {}
         for k in touched:
-            for v in _values(inst.inputs[k]):
+            for v in operand_values(inst.inputs[k]):
                 node = self.nodes[v]
                 path = [node]
                 while path[-1].parent is not None:
@@ -579,7 +579,7 @@ class _Walk:
 
 def _one(operand: Operand) -> Value | None:
     """The value of an operand that holds exactly one (possibly inside a list operand), else ``None``."""
-    values = _values(operand)
+    values = operand_values(operand)
     return values[0] if len(values) == 1 else None
 
 
@@ -588,14 +588,6 @@ def _swap(operand: Operand, value: Value) -> Operand:
     if isinstance(operand, tuple):
         return tuple(v if isinstance(v, Const) else value for v in operand)
     return value
-
-
-def _values(operand: Operand) -> tuple[Value, ...]:
-    if isinstance(operand, Const):
-        return ()
-    if isinstance(operand, tuple):
-        return tuple(v for v in operand if not isinstance(v, Const))
-    return (operand,)
 
 
 def functionalize(
@@ -682,7 +674,8 @@ def _place_inputs(walk: _Walk, program: Program, input_views: tuple[Instruction,
             node.version = parent.top.version
             continue
         # a synthetic value reads the arguments as passed (even those it is about to become the base of)
-        inputs = tuple(op if all(v in arguments for v in _values(op)) else walk.operand(op) for op in view.inputs)
+        inputs = tuple(op if all(v in arguments for v in operand_values(op)) else walk.operand(op)
+                       for op in view.inputs)
         walk.emit(walk.rules.keep(index, view, inputs), "keep", index)
         for value in view.outputs:
             walk.root(value)
@@ -695,4 +688,4 @@ def _place_inputs(walk: _Walk, program: Program, input_views: tuple[Instruction,
 
 
 def _values_of(inst: Instruction) -> tuple[Value, ...]:
-    return tuple(v for op in inst.inputs for v in _values(op))
+    return tuple(v for op in inst.inputs for v in operand_values(op))
