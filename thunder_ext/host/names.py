@@ -52,7 +52,8 @@ name                                                  used by            for
 (``functools.cached_property`` slots)
 ``Region.bound_symbols`` / ``inputs`` / ``outputs``   _thunder_fast      set without Thunder's constructor
 ``thunder._cache_info_ctx``                           fast_call          the cache info a prologue reads
-``thunder.core.compile_data._compile_data``           fast_call          the compile data a prologue runs under
+``thunder.core.compile_data._compile_data``           fast_call,         the compile data a prologue runs under;
+                                                      recompiles         the compile statistics of a miss
 ``thunder.executors.pythonex._check_*_impl`` (5)      fast_call          the prologue checks (run faster)
 ====================================================  =================  =====================================
 
@@ -232,7 +233,7 @@ REGION_FIELDS = tuple(
 )
 CACHE_INFO_CTX = Private("thunder", "_cache_info_ctx", Kind.MODULE, ("fast_call",),
                          "the cache-info dictionary a prologue reads (thunder._get_cache_info); the hit path sets it")
-COMPILE_DATA_CTX = Private("thunder.core.compile_data", "_compile_data", Kind.MODULE, ("fast_call",),
+COMPILE_DATA_CTX = Private("thunder.core.compile_data", "_compile_data", Kind.MODULE, ("fast_call", "recompiles"),
                            "the (compile data, stats) context a prologue runs under; set without the generator "
                            "context manager")
 CHECK_IMPLS = tuple(
