@@ -11,7 +11,7 @@ can act on.
 arguments: each symbol's printed line runs in a namespace built as Thunder builds the generated prologue's (the
 trace's ``python_ctx``, the function object, ``thunder``, ``torch``), so every value is the one the prologue sees;
 the unpacking symbols name each value by the path a user writes (``x``, ``d['a']``, ``self.lin.weight``, a
-positional argument by its parameter's name, ``len(args)``, ``torch.is_grad_enabled()`` for Thunder's cache-info
+positional argument by its parameter's name, ``torch.is_grad_enabled()`` for Thunder's cache-info
 fields). The first symbol that raises is the entry's :class:`GuardFailure`: the :class:`GuardKind` its rule
 (:data:`_RULES`) reads from the check's operands, the path, the entry's value and the call's; an unpacking symbol that
 raises (a dict without the key, a dead weak reference) is :attr:`GuardKind.MISSING`. Values are kept small
@@ -86,7 +86,7 @@ class GuardFailure:
     """The entry's index in the function's cache (0: the first compilation)."""
     kind: GuardKind
     path: str
-    """What was checked, as the user writes it (``x``, ``d['a']``, ``self.scale``, ``len(args)``)."""
+    """What was checked, as the user writes it (``x``, ``d['a']``, ``self.scale``, ``args``, a global by its name)."""
     old: Any
     """The entry's value (what it was compiled for)."""
     new: Any
@@ -160,6 +160,8 @@ class _Replay:
         self.attributes: set[str] = set()  # values reached through an attribute
         self.names, self.args, self.kwargs = names, args, kwargs
         self.root = "self" if isinstance(fn, torch.nn.Module) else getattr(fn, "__name__", "fn")
+        self.free = getattr(getattr(fn, "__code__", None), "co_freevars", ())  # closure cells, by name
+        self.cells: set[str] = set()  # the paths of closure cells (their ``cell_contents`` is the variable)
 
     def path(self, x: Any) -> str:
         return self.paths.get(x.name, x.name) if isinstance(x, Proxy) else repr(x)
@@ -177,6 +179,8 @@ class _Replay:
             paths = ["cache_info"]
         elif sid is PrimIDs.UNPACK_GETITEM:
             paths = [self.item(self.path(a[0]), a[1])]
+        elif sid is PrimIDs.UNPACK_ATTR and a[1] == "cell_contents" and self.path(a[0]) in self.cells:
+            paths = [self.path(a[0])]
         elif sid is PrimIDs.UNPACK_ATTR or sid in _MEMBER:
             paths = [f"{self.path(a[0])}.{a[1]}"]
             self.attributes.update(o.name for o in outs if sid is PrimIDs.UNPACK_ATTR)
@@ -200,6 +204,11 @@ class _Replay:
             return key
         if root == "cache_info" and key in _CACHE_INFO:
             return _CACHE_INFO[key]
+        if root.endswith(".__globals__") and isinstance(key, str):  # a global the function reads, by its name
+            return key
+        if root == f"{self.root}.__closure__" and isinstance(key, int) and key < len(self.free):
+            self.cells.add(self.free[key])  # a variable of the enclosing function, by its name
+            return self.free[key]
         return f"{root}[{self.path(key)}]"
 
     def value(self, x: Any) -> Any:
@@ -317,7 +326,7 @@ def _literal(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
 def _length(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
     seq, length = values
     new = len(seq) if hasattr(seq, "__len__") else Shown(type(seq).__name__)
-    return GuardKind.LENGTH, f"len({replay.path(operands[0])})", length, new
+    return GuardKind.LENGTH, replay.path(operands[0]), length, new
 
 
 def _dict_keys(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
@@ -326,8 +335,8 @@ def _dict_keys(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
     if not isinstance(d, dict):
         return GuardKind.TYPE, path, Shown("dict"), Shown(type(d).__name__)
     if isinstance(keys, int):  # a tensor-keyed dict: its size
-        return GuardKind.DICT_KEYS, f"len({path})", keys, len(d)
-    return GuardKind.DICT_KEYS, f"{path}.keys()", sorted(keys, key=repr), sorted(d, key=repr)
+        return GuardKind.DICT_KEYS, path, keys, len(d)
+    return GuardKind.DICT_KEYS, path, sorted(keys, key=repr), sorted(d, key=repr)
 
 
 def _storage(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
