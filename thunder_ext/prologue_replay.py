@@ -39,7 +39,7 @@ from .python_state.dict_state import CHECK_KEYS
 from .python_state.interpreter_state import SAME_LEAF
 from .python_state.referents import DEREFERENCE
 
-__all__ = ["GuardKind", "GuardFailure", "Shown", "shown", "first_failure", "parameter_names"]
+__all__ = ["GuardKind", "GuardFailure", "Shown", "shown", "first_failure", "unknown", "parameter_names"]
 
 
 class GuardKind(str, enum.Enum):
@@ -80,21 +80,19 @@ class Shown(str):
 
 @dataclass(frozen=True, slots=True)
 class GuardFailure:
-    """The first check of one cache entry's prologue that failed on the call."""
+    """The first check of one cache entry's prologue that failed on the call: the ``entry``'s index in the
+    function's cache (0: the first compilation), the ``kind`` of check, the ``path`` checked as the user writes it
+    (``x``, ``d['a']``, ``self.scale``, ``args``, a global or closure variable by its name), the entry's value
+    (``old``: what it was compiled for) and the call's (``new``), the prologue symbol that failed (``check``), and
+    how many of the entry's prologue symbols ran before it (``passed``: the entry closest to fitting passed most)."""
 
     entry: int
-    """The entry's index in the function's cache (0: the first compilation)."""
     kind: GuardKind
     path: str
-    """What was checked, as the user writes it (``x``, ``d['a']``, ``self.scale``, ``args``, a global by its name)."""
     old: Any
-    """The entry's value (what it was compiled for)."""
     new: Any
-    """The call's value."""
     check: str
-    """The prologue symbol that failed."""
     passed: int
-    """How many of the entry's prologue symbols ran before this one (the entry closest to fitting passed most)."""
 
     def __str__(self) -> str:
         return f"cache entry {self.entry}: {self.kind.value} of {self.path}: {self.old!r} -> {self.new!r}"
@@ -129,7 +127,12 @@ def first_failure(index: int, entry: Any, names: tuple[list[str], str | None], a
             except Exception as error:  # the check (or the unpacking) the prologue fails at
                 return replay.failure(index, bsym, error, passed)
             replay.name_outputs(bsym)
-    return GuardFailure(index, GuardKind.UNKNOWN, "the call", Shown("?"), Shown("?"), "prologue", -1)
+    return unknown(index, "every check passes on replay")
+
+
+def unknown(index: int, why: str) -> GuardFailure:
+    """The failure of entry ``index`` when the replay cannot tell which check failed (``why``)."""
+    return GuardFailure(index, GuardKind.UNKNOWN, "the call", Shown("?"), Shown(why), "prologue", -1)
 
 
 def _id_of(bsym: Any) -> Any:

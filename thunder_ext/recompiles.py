@@ -29,7 +29,7 @@ import thunder
 
 from .host import state
 from .host.names import COMPILE_DATA_CTX
-from .prologue_replay import GuardFailure, GuardKind, first_failure, parameter_names
+from .prologue_replay import GuardFailure, GuardKind, first_failure, parameter_names, unknown
 
 __all__ = ["RecompileReason", "RecompileWarning", "explain_recompiles", "record_miss", "WARN_AFTER_OPTION",
            "DEFAULT_WARN_AFTER"]
@@ -44,36 +44,22 @@ DEFAULT_WARN_AFTER = 8
 @dataclass(frozen=True, slots=True)
 class RecompileReason:
     """Why a call compiled again: the failure of every cache entry (:class:`GuardFailure`), in the order Thunder
-    tried them (newest first). ``entry``, ``kind``, ``path``, ``old`` and ``new`` are those of the entry that came
-    closest to fitting (passed the most of its prologue; the newest among equals)."""
+    tried them (newest first), and the one of the entry that came closest to fitting (passed the most of its
+    prologue; the newest among equals), whose ``entry``, ``kind``, ``path``, ``old`` and ``new`` it repeats."""
 
     compilation: int
     """Which compilation of the function this was (2: the first recompilation)."""
+    entry: int
+    kind: GuardKind
+    path: str
+    old: Any
+    new: Any
     failures: tuple[GuardFailure, ...]
 
-    @property
-    def closest(self) -> GuardFailure:
-        return max(self.failures, key=lambda f: f.passed)
-
-    @property
-    def entry(self) -> int:
-        return self.closest.entry
-
-    @property
-    def kind(self) -> GuardKind:
-        return self.closest.kind
-
-    @property
-    def path(self) -> str:
-        return self.closest.path
-
-    @property
-    def old(self) -> Any:
-        return self.closest.old
-
-    @property
-    def new(self) -> Any:
-        return self.closest.new
+    @classmethod
+    def of(cls, compilation: int, failures: tuple[GuardFailure, ...]) -> RecompileReason:
+        closest = max(failures, key=lambda f: f.passed)
+        return cls(compilation, closest.entry, closest.kind, closest.path, closest.old, closest.new, failures)
 
     def __str__(self) -> str:
         lines = [f"compilation {self.compilation}: {self.kind.value} of {self.path} changed: {self.old!r} -> "
@@ -105,12 +91,20 @@ def record_miss(fn: Any, args: Any, kwargs: Any) -> None:
         return
     entries = list(enumerate(cs.interpreter_cache))
     names = parameter_names(fn)
-    failures = tuple(first_failure(index, entry, names, args, kwargs) for index, entry in reversed(entries))
+    failures = tuple(_failure(index, entry, names, args, kwargs) for index, entry in reversed(entries))
     reasons = _REASONS.setdefault(cs, [])
-    reasons.append(RecompileReason(len(entries) + 1, failures))
+    reasons.append(RecompileReason.of(len(entries) + 1, failures))
     limit = cd.compile_options.get(WARN_AFTER_OPTION, DEFAULT_WARN_AFTER)
     if limit is not None and len(reasons) == limit:
         _warn(fn, reasons)
+
+
+def _failure(index: int, entry: Any, names: tuple[list[str], str | None], args: Any, kwargs: Any) -> GuardFailure:
+    """:func:`first_failure`, never raising: a diagnosis must not break the compilation it explains."""
+    try:
+        return first_failure(index, entry, names, args, kwargs)
+    except Exception as error:
+        return unknown(index, f"the replay failed: {type(error).__name__}: {error}")
 
 
 def _warn(fn: Any, reasons: list[RecompileReason]) -> None:
