@@ -11,7 +11,9 @@ operators there too.
   :func:`enabled` (make plain ``thunder.jit`` use it), :class:`EffectVerification` / :func:`verify_jitted`,
   :class:`Reinplace`, :func:`coverage` (how Thunder's symbols got their effects), :class:`CollectiveOrderError`
   (ranks whose compiled collectives differ, :mod:`thunder_ext.passes.certificate`), :func:`cuda_graph_report` (what the
-  CUDA graph transform graphed, copied and split, :mod:`thunder_ext.passes.cudagraph`).
+  CUDA graph transform graphed, copied and split, :mod:`thunder_ext.passes.cudagraph`), :func:`explain_recompiles`
+  (why a function compiled again: :class:`RecompileReason`; :class:`RecompileWarning` past its limit,
+  :mod:`thunder_ext.recompiles`).
 * Executor authors: :class:`OperatorExecutor`, :func:`register_operator`, :func:`register_implementation`,
   :func:`declare_effects` (:mod:`thunder_ext.declare.plugin`), :func:`check_executor`, :class:`CheckEffects`
   (:mod:`thunder_ext.declare.honesty`).
@@ -41,6 +43,7 @@ from .declare.declarations import coverage  # noqa: E402
 from .declare.honesty import CheckEffects, check_executor  # noqa: E402
 from .jit import enabled, install, jit, uninstall  # noqa: E402
 from .options import JitArgumentError  # noqa: E402
+from .recompiles import RecompileReason, RecompileWarning, explain_recompiles  # noqa: E402
 from .declare.keys import impl_key, key_of  # noqa: E402
 from .declare.declaration_checks import DroppedEffectError  # noqa: E402
 from .declare.plugin import (  # noqa: E402
@@ -57,7 +60,7 @@ __all__ = [
     # users
     "jit", "install", "uninstall", "enabled", "EffectVerification", "verify_jitted", "Reinplace", "coverage",
     "key_of", "impl_key", "CollectiveOrderError", "cuda_graph_report", "CudaGraphReport", "RegionReport",
-    "CudaGraphFallback", "JitArgumentError",
+    "CudaGraphFallback", "JitArgumentError", "explain_recompiles", "RecompileReason", "RecompileWarning",
     # executor authors
     "OperatorExecutor", "register_operator", "register_implementation", "declare_effects", "check_executor",
     "CheckEffects", "DroppedEffectError",

@@ -68,6 +68,7 @@ from .passes import autograd_boundary, cudagraph as effect_cudagraph, dce, fusio
 from .passes.certificate import CollectiveCertificate
 from .passes.inplace_kernels import Reinplace
 from .passes.trace_verification import EffectVerification, verify_jitted
+from . import recompiles
 from .python_state import (arguments, dict_state, interpreter_state, list_state, module_state, object_state, rebinding,
                            referents, state_epilogue, tensor_attributes, tensor_hooks)
 
@@ -164,7 +165,9 @@ def gradient_tables() -> tuple[Mapping[Any, Any], Mapping[Any, Callable[[Any], A
 def acquire(original: Callable[..., Any], fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any,
             ad_hoc_executor: Any) -> Any:
     """Steps 2-4: Thunder's acquisition (``thunder_general_jit``, the interpreter asked for tensor leafness
-    recorded), then, while the pipeline is active, :data:`AFTER_ACQUISITION` on its traces."""
+    recorded), then, while the pipeline is active, :data:`AFTER_ACQUISITION` on its traces. A recompilation first
+    records why the cache entries did not fit (:func:`thunder_ext.recompiles.record_miss`)."""
+    recompiles.record_miss(fn, args, kwargs)
     with interpreter_state.asking_leaves() as leaves_asked:
         results = original(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
     if not state.active():

@@ -49,6 +49,7 @@ from .host import patches, state
 from .host.cache_hit import hit_path
 from .host.names import FORWARD_FN
 from .options import check_jit_arguments
+from .recompiles import DEFAULT_WARN_AFTER, WARN_AFTER_OPTION
 
 __all__ = ["jit", "install", "uninstall", "enabled"]
 
@@ -118,27 +119,32 @@ def _hold_calls(jfn: Any, verify: bool) -> Any:
 
 def jit(
     fn: Callable[..., Any], /, *, verify: bool = False, reinplace: bool = True, certify_collectives: bool = True,
-    compile_options: Mapping[str, Any] | None = None, **kwargs: Any,
+    compile_options: Mapping[str, Any] | None = None, recompile_warning_after: int | None = DEFAULT_WARN_AFTER,
+    **kwargs: Any,
 ) -> Callable[..., Any]:
     """``thunder.jit(fn, **kwargs)`` with the effect pipeline (see the module docstring).
 
     ``skip_inplace_alias_updates`` (default ``True``) controls ``update_aliases`` threading; ``reinplace`` runs
     torch-executor ``op`` + ``copy_`` pairs in place where safe; ``verify`` turns on trace verification;
     ``certify_collectives`` compares every compilation's collective order across ranks
-    (:mod:`thunder_ext.passes.certificate`). Every other keyword goes to ``thunder.jit``; ``compile_options`` are
-    compile options for executors this package does not know, passed on unchecked.
+    (:mod:`thunder_ext.passes.certificate`); ``recompile_warning_after`` recompilations (``None``: never) raise a
+    :class:`~thunder_ext.recompiles.RecompileWarning` naming the most frequent reason
+    (:func:`~thunder_ext.recompiles.explain_recompiles`). Every other keyword goes to ``thunder.jit``;
+    ``compile_options`` are compile options for executors this package does not know, passed on unchecked.
 
     Raises:
         JitArgumentError: an argument that cannot be right (:mod:`thunder_ext.options`), named with the fix.
     """
     skip_alias_updates = kwargs.pop("skip_inplace_alias_updates", True)
     check_jit_arguments(fn, {"verify": verify, "reinplace": reinplace, "certify_collectives": certify_collectives,
-                             "skip_inplace_alias_updates": skip_alias_updates}, kwargs)
+                             "skip_inplace_alias_updates": skip_alias_updates}, kwargs,
+                        {"recompile_warning_after": recompile_warning_after})
     kwargs.update(compile_options or {})
     transforms = compilation.transforms(list(kwargs.pop("transforms", None) or []), reinplace=reinplace,
                                         verify=verify, certify_collectives=certify_collectives)
     kwargs["executors"] = opaque_torch.executors_with(kwargs.get("executors"))
     kwargs[state.OPTION] = True
+    kwargs[WARN_AFTER_OPTION] = recompile_warning_after
     kwargs[state.OPTION_ALIAS_UPDATES] = not skip_alias_updates
     patches.hook_compilations(_rewrap)
     return _hold_calls(thunder.jit(fn, transforms=transforms, skip_inplace_alias_updates=False, **kwargs), verify)

@@ -8,6 +8,7 @@ fail only at the first call, deep inside a pass. :func:`check_jit_arguments` ref
 * the function: something callable (a function or a ``torch.nn.Module``);
 * thunder_ext's own switches (``verify``, ``reinplace``, ``certify_collectives``, ``skip_inplace_alias_updates``) and
   ``disable_torch_autograd``: a ``bool`` (``verify="no"`` would turn verification on);
+* ``recompile_warning_after``: a positive ``int``, or ``None`` (never warn) (:mod:`thunder_ext.recompiles`);
 * ``executors``: a list of executors or names of registered executors (a bare string is a sequence of letters);
 * ``transforms``: a list of ``thunder`` transforms; ``debug_options``: a ``thunder.DebugOptions``;
 * ``fusion_type``: one of :data:`FUSION_TYPES`;
@@ -28,6 +29,8 @@ from typing import Any
 import thunder.extend as extend
 from thunder.core.options import DebugOptions
 from thunder.core.transform_common import Transform
+
+from .passes.cudagraph import SHARE_OUTPUTS_OPTION
 
 __all__ = ["JitArgumentError", "FUSION_TYPES", "THUNDER_COMPILE_OPTIONS", "check_jit_arguments"]
 
@@ -57,18 +60,30 @@ THUNDER_JIT_KEYWORDS = frozenset({"langctx", "executors", "sharp_edges", "cache"
 OWN_SWITCHES = ("verify", "reinplace", "certify_collectives", "skip_inplace_alias_updates")
 """``thunder_ext.jit``'s own keywords (all ``bool``)."""
 
+OWN_COMPILE_OPTIONS = (SHARE_OUTPUTS_OPTION,)
+"""thunder_ext's own compile options a user may pass (all ``bool``): the CUDA graph runner's shared static outputs."""
 
-def check_jit_arguments(fn: Any, switches: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None:
-    """Raise :class:`JitArgumentError` for the first argument of ``thunder_ext.jit(fn, **switches, **kwargs)`` that
-    cannot be right; ``switches`` are thunder_ext's own keywords, ``kwargs`` the ones for ``thunder.jit``."""
+OWN_LIMITS = ("recompile_warning_after",)
+"""``thunder_ext.jit``'s own counts (a positive ``int`` or ``None``)."""
+
+
+def check_jit_arguments(fn: Any, switches: Mapping[str, Any], kwargs: Mapping[str, Any],
+                        limits: Mapping[str, Any] | None = None) -> None:
+    """Raise :class:`JitArgumentError` for the first argument of ``thunder_ext.jit(fn, **switches, **limits,
+    **kwargs)`` that cannot be right; ``switches`` and ``limits`` are thunder_ext's own keywords (:data:`OWN_SWITCHES`,
+    :data:`OWN_LIMITS`), ``kwargs`` the ones for ``thunder.jit``."""
     if not callable(fn):
         raise JitArgumentError(f"thunder_ext.jit(fn): fn must be a function or a torch.nn.Module to compile, got "
                                f"{type(fn).__name__} {fn!r}")
     _check_keywords(kwargs)
-    for name, value in {**switches, **_present(kwargs, "disable_torch_autograd")}.items():
+    for name, value in {**switches, **_present(kwargs, "disable_torch_autograd", *OWN_COMPILE_OPTIONS)}.items():
         if not isinstance(value, bool):
             raise JitArgumentError(f"thunder_ext.jit({name}=...): expected True or False, got {type(value).__name__} "
                                    f"{value!r}")
+    for name, value in (limits or {}).items():
+        if value is not None and (type(value) is not int or value < 1):
+            raise JitArgumentError(f"thunder_ext.jit({name}=...): expected a positive int, or None for never, got "
+                                   f"{type(value).__name__} {value!r}")
     if kwargs.get("fusion_type") is not None and kwargs["fusion_type"] not in FUSION_TYPES:
         raise JitArgumentError(f"thunder_ext.jit(fusion_type={kwargs['fusion_type']!r}): expected one of "
                                f"{', '.join(map(repr, FUSION_TYPES))}")
@@ -86,15 +101,15 @@ def _present(kwargs: Mapping[str, Any], *names: str) -> dict[str, Any]:
 
 
 def _check_keywords(kwargs: Mapping[str, Any]) -> None:
-    known = THUNDER_JIT_KEYWORDS | THUNDER_COMPILE_OPTIONS
+    known = THUNDER_JIT_KEYWORDS | THUNDER_COMPILE_OPTIONS | set(OWN_COMPILE_OPTIONS)
     for name in kwargs:
         if name not in known:
-            close = difflib.get_close_matches(name, sorted(known | set(OWN_SWITCHES)), n=1)
+            close = difflib.get_close_matches(name, sorted(known | set(OWN_SWITCHES) | set(OWN_LIMITS)), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise JitArgumentError(
                 f"thunder_ext.jit({name}=...): unknown keyword; {hint}Keywords are thunder_ext's "
-                f"({', '.join(OWN_SWITCHES)}), thunder.jit's ({', '.join(sorted(THUNDER_JIT_KEYWORDS))}) and the "
-                "compile options Thunder asks for; pass an option for another executor as "
+                f"({', '.join(OWN_SWITCHES + OWN_LIMITS)}), thunder.jit's ({', '.join(sorted(THUNDER_JIT_KEYWORDS))}) "
+                "and the compile options Thunder asks for; pass an option for another executor as "
                 f"compile_options={{{name!r}: ...}}"
             )
 

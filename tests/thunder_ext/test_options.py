@@ -41,6 +41,8 @@ BAD = {
     "a transform of another type": ((add_one,), {"transforms": [42]}, r"transforms=.*each item must be a thunder "
                                                                        r"transform"),
     "debug_options": ((add_one,), {"debug_options": 3}, r"debug_options=.*thunder.DebugOptions"),
+    "thunder_ext's compile option": ((add_one,), {"thunder_effects_cudagraph_share_outputs": "yes"},
+                                     r"thunder_effects_cudagraph_share_outputs=.*True or False"),
 }
 
 

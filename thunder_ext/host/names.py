@@ -51,7 +51,8 @@ name                                                  for
 (``functools.cached_property`` slots)
 ``Region.bound_symbols`` / ``inputs`` / ``outputs``   set without Thunder's constructor (:data:`REGION_BYPASS`)
 ``thunder._cache_info_ctx``                           the cache info a prologue reads
-``thunder.core.compile_data._compile_data``           the compile data a prologue runs under
+``thunder.core.compile_data._compile_data``           the compile data a prologue runs under; the compile statistics of
+                                                      a miss (recompiles)
 ``thunder.executors.pythonex._check_*_impl`` (5)      the prologue checks (run faster)
 ====================================================  ==========================================================
 
@@ -264,7 +265,7 @@ REGION_FIELDS = tuple(
 )
 CACHE_INFO_CTX = Private("thunder", "_cache_info_ctx", Kind.MODULE, ("host/cache_hit",),
                          "the cache-info dictionary a prologue reads (thunder._get_cache_info); the hit path sets it")
-COMPILE_DATA_CTX = Private("thunder.core.compile_data", "_compile_data", Kind.MODULE, ("host/cache_hit",),
+COMPILE_DATA_CTX = Private("thunder.core.compile_data", "_compile_data", Kind.MODULE, ("host/cache_hit", "recompiles"),
                            "the (compile data, stats) context a prologue runs under; set without the generator "
                            "context manager")
 CHECK_IMPLS = tuple(
