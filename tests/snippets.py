@@ -1,10 +1,10 @@
 """Run the ```python blocks of a Markdown page (the README, the pages under ``docs/``) as written, each in a process of
 its own (a block may declare effects in the process-wide registry): :func:`python_blocks` finds them,
-:func:`run_blocks` runs them.
+:func:`run_blocks` runs blocks of any number of pages together.
 
 Each block runs in a child forked from one fresh interpreter that has already imported what the blocks import
 (``effects``, then ``thunder_ext`` before the first block that uses Thunder): the block's own ``import`` lines then
-find the modules loaded, exactly as a second import would, and a page pays the ~9 s of CPU that importing Thunder
+find the modules loaded, exactly as a second import would, and a run pays the ~9 s of CPU that importing Thunder
 costs once instead of once per block. Import *order* (``import thunder`` before ``thunder_ext``) is what
 ``tests/thunder_ext/test_compat.py`` checks, each case in a fresh interpreter.
 """
@@ -64,14 +64,15 @@ def python_blocks(page: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
 
 
-def run_blocks(page: Path, blocks: list[str]) -> dict[int, tuple[int, str]]:
-    """Exit status and output (stdout and stderr) of each block, by index; run from the repository root (the
+def run_blocks(blocks: list[tuple[str, str]]) -> list[tuple[int, str]]:
+    """Exit status and output (stdout and stderr) of each ``(label, source)`` block, in order, all from one
+    interpreter (so from one import of Thunder), each in a child of its own; run from the repository root (the
     checkout's ``effects``/``thunder_ext`` are the ones imported). Skips the calling test when a block uses Thunder
     and it is not installed."""
-    if any("thunder" in block for block in blocks):
+    if any("thunder" in source for _, source in blocks):
         pytest.importorskip("thunder")
-    labels = {i: [f"<{page.name} block {i}>", block] for i, block in enumerate(blocks)}
-    done = subprocess.run([sys.executable, "-c", _RUNNER], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, input=json.dumps(labels))
+    done = subprocess.run([sys.executable, "-c", _RUNNER], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          input=json.dumps(dict(enumerate(map(list, blocks)))))
     assert done.returncode == 0, f"the block runner failed:\n{done.stderr[-3000:]}"
-    return {int(index): (code, output) for index, (code, output) in json.loads(done.stdout).items()}
+    results = json.loads(done.stdout)
+    return [(code, output) for code, output in (results[str(i)] for i in range(len(blocks)))]

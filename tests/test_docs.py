@@ -1,5 +1,5 @@
 """The ```python blocks of the pages under ``docs/`` run as written (a newcomer copies them), each in a process of its
-own (:mod:`snippets`: forked from one interpreter per page that imports Thunder once, about ten seconds a page)."""
+own, all forked from one interpreter that imports Thunder once (:mod:`snippets`)."""
 
 from __future__ import annotations
 
@@ -11,25 +11,24 @@ from snippets import python_blocks, run_blocks
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 PAGES = ("declaring-effects.md", "troubleshooting.md", "installation.md")
-BLOCKS = [(page, index) for page in PAGES for index in range(len(python_blocks(DOCS / page)))]
+BLOCKS = [(page, index, block) for page in PAGES for index, block in enumerate(python_blocks(DOCS / page))]
 
-pytestmark = pytest.mark.xdist_group("docs")  # under -n: one worker runs each page's forking interpreter once
+pytestmark = pytest.mark.xdist_group("docs")  # under -n: one worker runs the forking interpreter once
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, dict[int, tuple[int, str]]]:
-    """Exit status and output of every block, by page and index (pages are run when first asked for)."""
-    return {}
+def results() -> list[tuple[int, str]]:
+    """Exit status and output of every block, in :data:`BLOCKS` order."""
+    return run_blocks([(f"<docs/{page} block {index}>", block) for page, index, block in BLOCKS])
 
 
 def test_pages_have_examples() -> None:
-    assert len(python_blocks(DOCS / "declaring-effects.md")) >= 8
-    assert python_blocks(DOCS / "troubleshooting.md")
+    pages = [page for page, _, _ in BLOCKS]
+    assert pages.count("declaring-effects.md") >= 8 and all(page in pages for page in PAGES)
 
 
-@pytest.mark.parametrize(("page", "index"), BLOCKS, ids=[f"{page}-{index}" for page, index in BLOCKS])
-def test_docs_block_runs(results: dict[str, dict[int, tuple[int, str]]], page: str, index: int) -> None:
-    if page not in results:
-        results[page] = run_blocks(DOCS / page, python_blocks(DOCS / page))
-    code, output = results[page][index]
-    assert code == 0, f"{page} block {index} failed:\n{python_blocks(DOCS / page)[index]}\n{output[-3000:]}"
+@pytest.mark.parametrize("position", range(len(BLOCKS)), ids=[f"{page}-{index}" for page, index, _ in BLOCKS])
+def test_docs_block_runs(results: list[tuple[int, str]], position: int) -> None:
+    page, index, block = BLOCKS[position]
+    code, output = results[position]
+    assert code == 0, f"docs/{page} block {index} failed:\n{block}\n{output[-3000:]}"

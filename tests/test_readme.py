@@ -16,9 +16,9 @@ pytestmark = pytest.mark.xdist_group("readme")  # under -n: one worker runs the 
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[int, tuple[int, str]]:
-    """Exit status and output of every snippet, by index."""
-    return run_blocks(README, SNIPPETS)
+def results() -> list[tuple[int, str]]:
+    """Exit status and output of every snippet, in order."""
+    return run_blocks([(f"<README snippet {i}>", snippet) for i, snippet in enumerate(SNIPPETS)])
 
 
 def test_readme_has_snippets() -> None:
@@ -26,6 +26,6 @@ def test_readme_has_snippets() -> None:
 
 
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
-def test_readme_snippet_runs(results: dict[int, tuple[int, str]], index: int) -> None:
+def test_readme_snippet_runs(results: list[tuple[int, str]], index: int) -> None:
     code, output = results[index]
     assert code == 0, f"README snippet {index} failed:\n{SNIPPETS[index]}\n{output[-3000:]}"
