@@ -141,18 +141,21 @@ def test_ratios_only_between_steady_timings() -> None:
 
 
 def test_the_summary_counts_where_stock_is_wrong_and_ours_right() -> None:
-    ok, wrong = runs.Cell("ok"), runs.Cell("wrong", 3.0)
+    ok, wrong, skipped = runs.Cell("ok"), runs.Cell("wrong", 3.0), runs.Cell("skipped")
+    a, b, c = (s.name for s in runs.SCENARIOS[:3])
     report = show.Report(
-        matrix={"a": {"thunder.jit": wrong, "thunder_ext.jit": ok}, "b": {"thunder.jit": ok, "thunder_ext.jit": ok},
-                "c": {"thunder.jit": runs.Cell("skipped"), "thunder_ext.jit": runs.Cell("skipped")}},
+        matrix={a: {"thunder.jit": wrong, "thunder_ext.jit": ok}, b: {"thunder.jit": ok, "thunder_ext.jit": ok},
+                c: {"thunder.jit": skipped, "thunder_ext.jit": skipped}},
         models={"m": [_row("thunder_ext.jit", 1e-3, 0.95e-3, 1.05e-3), _row("thunder.jit", 2e-3, 1.9e-3, 2.1e-3)]},
-        workloads={"w": {"eager": {"time": 1.0, "check": "—"}, "thunder.jit (stock)": {"error": "E: x."},
+        workloads={"w": {"eager": {"time": 1.0, "check": "—", "compiles": "—"}, "thunder.jit (stock)": {"error": "E: x."},
                          "thunder_ext.jit": {"time": 2.0, "check": "ok", "compiles": 1}}})
     line = report.summary(90.0)
     assert line.startswith("Summary (1.5 min): stock thunder.jit is wrong or fails where thunder_ext.jit is right on "
                            "1 of 2 programs, 0 of 1 models, 1 of 1 workloads"), line
     assert "0.50x per call on the models (1)" in line and line.endswith("matches eager on every row it ran."), line
     assert "\n" not in line
+    saved = report.markdown("demo", "python examples/demo.py")
+    assert "## Correctness matrix" in saved and "## m" in saved and "## Workloads from packages" in saved
 
 
 def test_workloads_part_checks_against_eager_and_reports_stock_failures() -> None:
