@@ -147,7 +147,8 @@ def test_the_summary_counts_where_stock_is_wrong_and_ours_right() -> None:
         matrix={a: {"thunder.jit": wrong, "thunder_ext.jit": ok}, b: {"thunder.jit": ok, "thunder_ext.jit": ok},
                 c: {"thunder.jit": skipped, "thunder_ext.jit": skipped}},
         models={"m": [_row("thunder_ext.jit", 1e-3, 0.95e-3, 1.05e-3), _row("thunder.jit", 2e-3, 1.9e-3, 2.1e-3)]},
-        workloads={"w": {"eager": {"time": 1.0, "check": "—", "compiles": "—"}, "thunder.jit (stock)": {"error": "E: x."},
+        workloads={"w": {"eager": {"time": 1.0, "check": "—", "compiles": "—"},
+                         "thunder.jit (stock)": {"error": "E: x."},
                          "thunder_ext.jit": {"time": 2.0, "check": "ok", "compiles": 1}}})
     line = report.summary(90.0)
     assert line.startswith("Summary (1.5 min): stock thunder.jit is wrong or fails where thunder_ext.jit is right on "
