@@ -27,6 +27,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import sys
 import threading
@@ -282,6 +283,29 @@ def fmt_seconds(seconds: float | None) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.2f} ms"
     return f"{seconds:.2f} s"
+
+
+def describe_error(error: BaseException, limit: int = 200) -> str:
+    """``Type: message`` for a one-line report, never cut mid-sentence: the message's first sentence (up to a full
+    stop that ends it or its first line), or its first line when that has none; a first line that opens a bracket
+    it does not close (a multi-line repr such as ``ProvenanceRecord(`` follows) stops before that bracket, and a
+    sentence over ``limit`` characters at its last whole word; a cut is marked `` …``."""
+    line = (str(error).strip().splitlines() or [""])[0]
+    if end := re.search(r"\.(\s|$)", line):
+        line = line[: end.start() + 1]
+    unclosed: list[int] = []
+    for i, c in enumerate(line):
+        if c in "([{":
+            unclosed.append(i)
+        elif c in ")]}" and unclosed:
+            unclosed.pop()
+    cut = bool(unclosed)
+    if unclosed:
+        line = line[: unclosed[0]].rstrip()
+    if len(line) > limit:
+        line, cut = line[:limit].rsplit(" ", 1)[0], True
+    line += " …" if cut else ""
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
 def fmt_bytes(nbytes: int | None) -> str:

@@ -37,6 +37,7 @@ from benchmarks.common import (
     Memory,
     Progress,
     Timing,
+    describe_error,
     environment,
     fmt_bytes,
     fmt_seconds,
@@ -85,8 +86,7 @@ def measure(model: Model, compiler: Compiler, size: Size, device: torch.device, 
         stats = trace_stats(compiled) if compiler.thunder else None
     except Exception as exc:  # noqa: BLE001 - a failing compiler is a result to report, not a reason to stop
         traceback.print_exc(limit=-3, file=sys.stderr)
-        first_line = str(exc).splitlines()[0] if str(exc) else ""
-        return Row(compiler.name, error=f"{type(exc).__name__}: {first_line}")
+        return Row(compiler.name, error=describe_error(exc))
     return Row(compiler.name, check, first_s, timing, memory, stats)
 
 

@@ -53,7 +53,7 @@ import thunder_ext  # noqa: E402  (before thunder: the import shim)
 import thunder  # noqa: E402
 
 from thunder_ext.testing.models import compare  # noqa: E402
-from benchmarks.common import (RESULTS_DIR, environment, fmt_bytes, fmt_seconds, markdown_table,  # noqa: E402
+from benchmarks.common import (RESULTS_DIR, describe_error, environment, fmt_bytes, fmt_seconds, markdown_table,  # noqa: E402
                                measure_memory, median_time, write_results)
 
 warnings.filterwarnings("ignore")
@@ -274,7 +274,7 @@ def measure(workload: Workload, compiler: str, runs: int) -> dict[str, Any]:
         return {"time": timing.median_s, "min": timing.min_s, "max": timing.max_s, "peak": memory.peak,
                 "compiles": _compiles(compiler, compiled), "check": check}
     except Exception as e:  # a compiler that cannot run the workload: reported, not fatal
-        message = f"{type(e).__name__}: {str(e).splitlines()[0][:90] if str(e) else ''}"
+        message = describe_error(e)
         if "--verbose" in sys.argv:
             traceback.print_exc()
         return {"error": message}

@@ -1,10 +1,10 @@
 """Smoke-run every ``examples/*.py`` in a fresh interpreter: each must exit 0.
 
-New examples are picked up automatically. An example that imports ``thunder``/``thunder_ext`` is skipped when
-Thunder is not installed. Examples run from the repository root with it on ``PYTHONPATH``, so they work from a
-clean clone with or without ``pip install -e``. The examples that compile many programs with torch.compile
-(:data:`SLOW`, a minute or more on two cores) are ``slow``: CI runs them; the demo's parts are tested in process
-by ``tests/examples/test_demo.py``.
+New examples are picked up automatically (a module named ``_*`` is a helper of one, not an example). An example
+that imports ``thunder``/``thunder_ext`` is skipped when Thunder is not installed. Examples run from the repository
+root with it on ``PYTHONPATH``, so they work from a clean clone with or without ``pip install -e``. The examples
+that compile many programs with torch.compile (:data:`SLOW`, a minute or more on two cores) are ``slow``: CI runs
+them; the demo's parts are tested in process by ``tests/examples/test_demo.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_"))  # _x: a helper
 _USES_THUNDER = re.compile(r"^\s*(?:import|from)\s+(?:thunder|thunder_ext)\b", re.MULTILINE)
 _HAS_THUNDER = importlib.util.find_spec("thunder") is not None
 SLOW = frozenset({"demo.py", "custom_copy_executor.py", "thunder_inplace.py"})
