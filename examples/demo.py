@@ -15,11 +15,11 @@ shows ``skipped`` on a CPU-only machine.
 
 **Part 2, the models** (:mod:`thunder_ext.testing.models`; the default ones named in :data:`DEFAULT_MODELS`):
 in-place code that stock Thunder already gets right, so this part shows the cost: eager, ``torch.compile``, stock
-``thunder.jit`` and ``thunder_ext.jit``, each checked against eager, then timed: the per-call time is the median of repeated calls after
-warm-up calls, shown with its spread. Ratios between compilers are only as good as those spreads: when either
-side's spread is above 25%, the ratio line says so. First-call times share this process's Inductor caches; the
-Thunder compilers run ``thunder_ext.jit`` before stock ``thunder.jit`` so any such reuse favours the stock one;
-cold-cache compile times per compiler come from ``python -m benchmarks.models``.
+``thunder.jit`` and ``thunder_ext.jit``, each checked against eager, then timed: the per-call time is the median of
+repeated calls after warm-up calls, shown with its spread. Ratios between compilers are only as good as those
+spreads: when either side's spread is above 25%, the ratio line says so. First-call times share this process's
+Inductor caches; the Thunder compilers run ``thunder_ext.jit`` before stock ``thunder.jit`` so any such reuse
+favours the stock one; cold-cache compile times per compiler come from ``python -m benchmarks.models``.
 
 **Part 3, workloads users bring** (from ``benchmarks/workloads.py``; they need the ``models`` extra, and show
 ``skipped`` without it): a ``torch.optim`` step and one decoding step of litgpt and of Hugging Face Llama with a
