@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("thunder")
 
 import thunder_ext  # noqa: E402,F401
-from thunder_ext.host import names as _thunder  # noqa: E402
+from thunder_ext.host import names as _thunder, reliances  # noqa: E402
 
 EXPECTED_PRIVATE_NAMES = (
     "thunder.torch._torch_to_thunder_function_map",
@@ -121,7 +121,7 @@ pinning test below."""
 def test_the_tables_are_pinned():
     assert tuple(p.where for p in _thunder.PRIVATE_NAMES) == EXPECTED_PRIVATE_NAMES
     assert tuple(f"{s.on}.{s.name}" for s in _thunder.STASHES) == EXPECTED_STASHES
-    assert tuple((t.kind.value, t.relies_on) for t in _thunder.RELIANCES) == EXPECTED_RELIANCES
+    assert tuple((t.kind.value, t.relies_on) for t in reliances.RELIANCES) == EXPECTED_RELIANCES
 
 
 @pytest.mark.parametrize("private", _thunder.PRIVATE_NAMES, ids=lambda p: p.where)
@@ -190,7 +190,7 @@ def test_dispatch_wrappers_of_the_torch_function_map_close_over_their_symbols():
 
     from thunder_ext.declare import declarations
 
-    touch = _thunder.DISPATCH_CLOSURE
+    touch = reliances.DISPATCH_CLOSURE
     wrappers = [v for v in _thunder.TORCH_FUNCTION_MAP.get().values() if not isinstance(v, Symbol)
                 and "dispatch_to_impl" in getattr(v, "__qualname__", "")]
     assert wrappers, "Thunder no longer wraps torch functions in dispatch_to_impl: update declarations"
@@ -238,7 +238,7 @@ def test_the_torch_compile_merge_predicate_closes_over_its_executor(monkeypatch:
 
     from thunder_ext.passes import inductor_guard
 
-    touch = _thunder.TORCH_COMPILE_MERGE_CLOSURE
+    touch = reliances.TORCH_COMPILE_MERGE_CLOSURE
     assert touch.relies_on.endswith(TorchCompileExecutor.fusion_pass.__qualname__)
     trace = _small_trace()
     merge = _merge_predicate(monkeypatch, "thunder.executors.data_dependent_partition",
@@ -254,7 +254,7 @@ def test_the_cuda_graph_merge_predicate_closes_over_its_transform(monkeypatch: p
 
     from thunder_ext.passes import cudagraph
 
-    touch = _thunder.CUDAGRAPH_MERGE_CLOSURE
+    touch = reliances.CUDAGRAPH_MERGE_CLOSURE
     assert touch.relies_on.endswith(CUDAGraphTransform.generate_fused_trace.__qualname__)
     transform = CUDAGraphTransform()
     trace = _small_trace()
@@ -279,7 +279,7 @@ def test_a_cache_entrys_prologue_is_the_generated_prologue_in_a_timer():
     generated prologue (no closure: ``cache_hit.guard`` rebuilds it from its code and globals)."""
     import types
 
-    touch = _thunder.PROLOGUE_TIMER_CLOSURE
+    touch = reliances.PROLOGUE_TIMER_CLOSURE
     timed = _cache_entry().prologue_fn
     assert f"{timed.__module__}.{timed.__qualname__}" == touch.relies_on
     cells = _cells(timed)
@@ -291,7 +291,7 @@ def test_a_cache_entrys_prologue_is_the_generated_prologue_in_a_timer():
 def test_the_generated_prologue_calls_the_check_implementations_through_the_globals_named():
     """:data:`PROLOGUE_CHECK_GLOBALS`: the names ``cache_hit.guard`` swaps are bound to the pythonex
     implementations (:data:`CHECK_IMPLS`, in order), and no other global holds one."""
-    touch = _thunder.PROLOGUE_CHECK_GLOBALS
+    touch = reliances.PROLOGUE_CHECK_GLOBALS
     pro = _cache_entry().prologue_fn.__closure__[0].cell_contents
     impls = {impl.get() for impl in _thunder.CHECK_IMPLS}
     holding = {name: value for name, value in pro.__globals__.items() if callable(value) and value in impls}
@@ -306,7 +306,7 @@ def test_the_epilogue_is_the_generated_function_under_two_decorators():
     while hasattr(chain[-1], "__wrapped__"):
         chain.append(chain[-1].__wrapped__)
     assert len(chain) == 3 and chain[-1].__name__ == "epilogue"
-    assert _thunder.EPILOGUE_DECORATORS.peel(epilogue) is chain[-1]
+    assert reliances.EPILOGUE_DECORATORS.peel(epilogue) is chain[-1]
 
 
 def test_the_fusion_predicates_scanned_are_conjunctions():
@@ -317,7 +317,7 @@ def test_the_fusion_predicates_scanned_are_conjunctions():
     from thunder.executors.torch_compile import TorchCompileExecutor
     from thunder.transforms.cudagraph import CUDAGraphTransform
 
-    touch = _thunder.CONJUNCTION_CODE
+    touch = reliances.CONJUNCTION_CODE
     kept = {"LOAD_FAST", "CALL", "JUMP_IF_FALSE_OR_POP", "RETURN_VALUE"}
     for fn in (TorchCompileExecutor.fusion_pass, CUDAGraphTransform.generate_fused_trace):
         assert fn.__qualname__ in touch.relies_on
@@ -338,7 +338,7 @@ def test_the_copy_frame_is_ltorch_copy():
 
     from thunder_ext.eager import eager_checks
 
-    touch = _thunder.COPY_FRAME
+    touch = reliances.COPY_FRAME
     code = touch.peel(ltorch.copy_.meta).__code__
     assert code is eager_checks._COPY_CODE and code.co_name == "copy_" and set(touch.detail) <= set(code.co_names)
     ints, floats = torch.ones(2, dtype=torch.int64), torch.full((2,), 2.5)
@@ -355,8 +355,8 @@ def _fields_init_sets(cls: type) -> set[str]:
     return {t.attr for t in targets if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) == "self"}
 
 
-@pytest.mark.parametrize("touch", [_thunder.NODE_BYPASS, _thunder.REGION_BYPASS], ids=lambda t: t.relies_on)
-def test_a_bypassed_constructor_sets_only_the_fields_set_instead(touch: _thunder.Touch):
+@pytest.mark.parametrize("touch", [reliances.NODE_BYPASS, reliances.REGION_BYPASS], ids=lambda t: t.relies_on)
+def test_a_bypassed_constructor_sets_only_the_fields_set_instead(touch: reliances.Touch):
     """:data:`NODE_BYPASS`, :data:`REGION_BYPASS`: ``__init__`` sets exactly the fields the bypass sets (a new
     one would be missing from the instances built without it)."""
     cls = _resolve(touch.relies_on)
@@ -371,7 +371,7 @@ def test_node_bypass_builds_what_the_constructor_builds():
 
     bsym = _small_trace().bound_symbols[-1]
     made, built = Node(0, [bsym], [0], 0, 0, False), fast_fusion._node(bsym)
-    assert vars(made).keys() == vars(built).keys() == set(_thunder.NODE_BYPASS.detail)
+    assert vars(made).keys() == vars(built).keys() == set(reliances.NODE_BYPASS.detail)
     assert {k: v for k, v in vars(made).items() if k not in ("parents", "children")} == {
         k: v for k, v in vars(built).items() if k not in ("parents", "children")}
 
@@ -395,12 +395,12 @@ def _module_of(path: Path) -> str:
 
 
 def _python_names() -> dict[int, str]:
-    """id(entry) -> the name ``host/names`` binds it (or the tuple holding it) to."""
+    """id(entry) -> the name ``host/names`` or ``host/reliances`` binds it (or the tuple holding it) to."""
     named: dict[int, str] = {}
-    for name, value in vars(_thunder).items():
+    for name, value in {**vars(_thunder), **vars(reliances)}.items():
         if isinstance(value, tuple) and name not in {"PRIVATE_NAMES", "STASHES", "RELIANCES", "__all__"}:
             named.update((id(v), name) for v in value if isinstance(v, _thunder.Private))
-        elif isinstance(value, (_thunder.Private, _thunder.Stash, _thunder.Touch)):
+        elif isinstance(value, (_thunder.Private, _thunder.Stash, reliances.Touch)):
             named[id(value)] = name
     return named
 
@@ -412,7 +412,7 @@ def _spellers() -> dict[str, frozenset[str]]:
     found: dict[str, set[str]] = {name: set() for name in wanted}
     for path in sorted(PACKAGE.rglob("*.py")):
         module = _module_of(path)
-        if module == "host/names":
+        if module in ("host/names", "host/reliances"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             spelled = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else [
@@ -434,8 +434,8 @@ def test_the_users_column_is_the_modules_that_use_the_entry(entry):
         f"host/names.{name}.users says {sorted(entry.users)}; the modules using it are {sorted(_spellers()[name])}")
 
 
-@pytest.mark.parametrize("touch", _thunder.RELIANCES, ids=lambda t: f"{t.kind.value}: {t.relies_on}")
-def test_the_users_of_each_reliance_exist_and_use_it(touch: _thunder.Touch):
+@pytest.mark.parametrize("touch", reliances.RELIANCES, ids=lambda t: f"{t.kind.value}: {t.relies_on}")
+def test_the_users_of_each_reliance_exist_and_use_it(touch: reliances.Touch):
     name = _python_names()[id(touch)]
     for user in touch.users:
         module, _, function = user.partition(".")

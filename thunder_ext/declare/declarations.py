@@ -57,7 +57,8 @@ from thunder.core.symbol import Symbol
 from thunder.executors import torchex
 
 from . import collectives
-from ..host.names import DISPATCH_CLOSURE, MAY_VIEW_SYMBOLS, METHOD_TABLE, TORCH_FUNCTION_MAP, VIEW_SYMBOLS
+from ..host.names import MAY_VIEW_SYMBOLS, METHOD_TABLE, TORCH_FUNCTION_MAP, VIEW_SYMBOLS
+from ..host.reliances import DISPATCH_CLOSURE
 from .keys import impl_key, python_signature, signature_of
 
 __all__ = [

@@ -25,7 +25,8 @@ import torch.nn.functional as F
 
 from thunder.core.interpreter import unwrap
 
-from ..host.names import INTERPRET_CALL, LOOKASIDE_COPY
+from ..host.names import INTERPRET_CALL
+from ..host.reliances import LOOKASIDE_COPY
 
 __all__ = ["cumulative_average_forward", "lookasides"]
 

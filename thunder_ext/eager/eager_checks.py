@@ -61,7 +61,8 @@ from thunder.core.dtypes import to_torch_dtype
 from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
 from thunder.core.pytree import tree_flatten, tree_map
 
-from ..host.names import COPY_FRAME, TORCH_FUNCTION_MAP
+from ..host.names import TORCH_FUNCTION_MAP
+from ..host.reliances import COPY_FRAME
 from ..declare.adapter import AdaptedTrace, adapt
 from ..declare.declarations import ASSERT
 from ..python_state.arguments import alias_groups_of, storage_pattern

@@ -53,8 +53,8 @@ from thunder.core.pytree import tree_flatten
 from thunder.core.trace import get_tracectx
 from thunder.executors.torch_autograd import connect_to_autograd
 
-from .names import (CACHE_INFO_CTX, CHECK_IMPLS, COMPILE_DATA_CTX, EPILOGUE_DECORATORS, PROLOGUE_CHECK_GLOBALS,
-                    PROLOGUE_TIMER_CLOSURE)
+from .names import CACHE_INFO_CTX, CHECK_IMPLS, COMPILE_DATA_CTX
+from .reliances import EPILOGUE_DECORATORS, PROLOGUE_CHECK_GLOBALS, PROLOGUE_TIMER_CLOSURE
 
 __all__ = ["hit_path", "cache_info", "alias_string", "plain_epilogue", "guard", "GuardFailed"]
 

@@ -41,7 +41,8 @@ from thunder.core.trace import TraceCtx, TraceProvenance, from_trace
 from thunder.core.utils import OrderedSet
 from thunder.executors.utils import comment_symbols
 
-from .names import FLAT_OUTS, FLAT_PROXY_ARGS, FUSED, REGION_BYPASS, REGION_FIELDS
+from .names import FLAT_OUTS, FLAT_PROXY_ARGS, FUSED, REGION_FIELDS
+from .reliances import REGION_BYPASS
 
 __all__ = ["flat_outs", "proxy_outs", "proxy_out_names", "proxy_arg_names", "first_appearance", "region", "fuse",
            "update_fusion_call_ctx", "DontDce", "dedup_number_proxies", "with_bound_symbols"]

@@ -37,7 +37,7 @@ from thunder.extend import Executor
 from thunder.executors.data_dependent_partition import Node
 
 from . import state
-from .names import CONJUNCTION_CODE, NODE_BYPASS
+from .reliances import CONJUNCTION_CODE, NODE_BYPASS
 
 __all__ = ["THUNDER_CONJUNCTIONS", "conjunctive", "is_conjunctive", "can_fuse_replacement", "memoizing_can_fuse",
            "can_fuse_memoized"]

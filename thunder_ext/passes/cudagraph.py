@@ -57,7 +57,8 @@ from thunder.core.prims import PrimIDs
 from thunder.core.proxies import Proxy
 from thunder.core.symbol import BoundSymbol
 
-from ..host.names import CUDAGRAPH_MERGE_CLOSURE, RUNNER_BUILD, RUNNER_CALL
+from ..host.names import RUNNER_BUILD, RUNNER_CALL
+from ..host.reliances import CUDAGRAPH_MERGE_CLOSURE
 from ..declare.adapter import adapt_bsyms
 from ..declare.keys import label_of
 from .cudagraph_report import Plan, RegionReport, runner_state

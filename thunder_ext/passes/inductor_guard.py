@@ -50,7 +50,7 @@ from thunder.core.proxies import Proxy
 from thunder.core.symbol import BoundSymbol
 
 from ..host.fast import proxy_outs
-from ..host.names import TORCH_COMPILE_MERGE_CLOSURE
+from ..host.reliances import TORCH_COMPILE_MERGE_CLOSURE
 from ..declare.adapter import AdaptedTrace, adapt_bsyms
 from .inductor_facts import Hazard, ProgramFacts, add_alpha, op_name, written_classes
 from .stale_buffers import stale_buffer_hazard
