@@ -31,7 +31,7 @@ with the same entry: the prologues are the guards, the cache-info dictionary equ
 falls back. ``tests/thunder_ext/test_cache_hit_equivalence.py`` runs a corpus of programs through both paths and
 compares the entry chosen, the cache info and every statistics field after each call; what the path relies on in
 Thunder's code (the prologue's timer closure and check globals, the epilogue's decorators) is in
-:data:`thunder_ext.host.names.RELIANCES`.
+:data:`thunder_ext.host.reliances.RELIANCES`.
 """
 
 from __future__ import annotations
@@ -187,9 +187,9 @@ closures or ``str(device)`` per tensor (``tests/thunder_ext/test_call_path.py`` 
 
 def guard(entry: Any) -> Callable[..., Any]:
     """The prologue of a cache entry as the hit path runs it: Thunder's generated function (the same code object,
-    taken from inside the timer ``thunder.jit`` wraps it in: :data:`~thunder_ext.host.names.PROLOGUE_TIMER_CLOSURE`)
+    taken from inside the timer ``thunder.jit`` wraps it in: :data:`~thunder_ext.host.reliances.PROLOGUE_TIMER_CLOSURE`)
     with its check implementations swapped for :data:`_FAST_CHECKS` in a copy of its globals
-    (:data:`~thunder_ext.host.names.PROLOGUE_CHECK_GLOBALS`); ``entry.prologue_fn`` itself when the function
+    (:data:`~thunder_ext.host.reliances.PROLOGUE_CHECK_GLOBALS`); ``entry.prologue_fn`` itself when the function
     cannot be found there."""
     timed = entry.prologue_fn
     inner = [v for v in PROLOGUE_TIMER_CLOSURE.closure(timed) if isinstance(v, types.FunctionType)]

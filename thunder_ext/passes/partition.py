@@ -17,7 +17,7 @@ Kept out of regions (:func:`_kept_out_of_regions`, each decided from its own eff
 * for the CUDA graph transform, ops that must not be captured (:attr:`effects.Effects.capturable` is false:
   ``torch.Tag.cudagraph_unsafe``, unknown effects), so the graphed region is split there
   (:func:`thunder_ext.passes.cudagraph.uncapturable_reason`, recorded for
-  :func:`thunder_ext.passes.cudagraph.cuda_graph_report`).
+  :func:`thunder_ext.passes.cudagraph_report.cuda_graph_report`).
 
 Regions bound for ``torch.compile`` are split around its bugs (:mod:`thunder_ext.passes.inductor_guard`) and before
 reads of low-precision storage they wrote (:mod:`thunder_ext.passes.rounding`).
@@ -112,7 +112,7 @@ def _kept_out_of_regions(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]
       write-back that nothing reads afterwards would move to the backward, and never run without one); they stay
       out of single-member fusions too (:func:`_keep_out`, read by :func:`thunder_ext.passes.fusion.can_fuse`);
     * in a CUDA graph transform's pass, every one that must not be captured (the reason recorded on the
-      transform's runner, for :func:`thunder_ext.passes.cudagraph.cuda_graph_report`)."""
+      transform's runner, for :func:`thunder_ext.passes.cudagraph_report.cuda_graph_report`)."""
     bsyms = trace.bound_symbols
     returned = bsyms[-1].args[0] if bsyms and bsyms[-1].sym.id is PrimIDs.RETURN and bsyms[-1].args else None
     writers: tuple[BoundSymbol, ...] = ()
