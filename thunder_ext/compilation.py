@@ -16,7 +16,7 @@ step  Thunder's point                             what thunder-effects does ther
                                                   (:func:`interpreter_tables`: lookasides, ``Tensor`` methods and
                                                   properties; ``interpreter.wrap``), ``_copy_`` keeps eager's
                                                   result types
-3     ``thunder_general_jit``: prologue, epilogue  ``unpack_inputs``, ``sorted``, the input names (paths through
+3     ``thunder_general_jit``: prologue, epilogue  ``unpack_inputs`` (its ``sorted``), the input names (paths through
                                                   tensor keys), ``build_value_from_wrapped`` and
                                                   ``process_recorded_modifications``: one epilogue writes back every
                                                   piece of Python state (``python_state``)
@@ -88,12 +88,20 @@ def _distributed_utils() -> Any | None:
 dist_utils = _distributed_utils()
 
 
+def _unpack_inputs(original: Callable[..., Any], ctx: Any, prologue_trace: Any, pro_to_comp_inps: Any,
+                   pro_to_epi_inps: Any, args: Any, kwargs: Any) -> Any:
+    """Step 3, the prologue's fetching of the inputs: module parameters on an input's path fetched first
+    (:func:`thunder_ext.python_state.tensor_attributes.unpack_inputs`), paths through tensor keys ordered by the keys'
+    names (:func:`thunder_ext.python_state.dict_state.sorting_tensor_keys`)."""
+    return tensor_attributes.unpack_inputs(dict_state.sorting_tensor_keys(original), ctx, prologue_trace,
+                                           pro_to_comp_inps, pro_to_epi_inps, args, kwargs)
+
+
 STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     # 2-3: acquisition (the interpreter, then the prologue and epilogue it builds)
     "wrap": (interpreter.wrap, list_state.shared_wrapper),
     LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
-    "unpack_inputs": (jit_ext.unpack_inputs, tensor_attributes.unpack_inputs),
-    "sorted": (sorted, dict_state.sorted_by_proxy_names),
+    "unpack_inputs": (jit_ext.unpack_inputs, _unpack_inputs),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
     "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),

@@ -106,6 +106,7 @@ EXPECTED_RELIANCES = (
     ("closure read", "thunder.transforms.cudagraph.CUDAGraphTransform.generate_fused_trace"),
     ("closure read", "thunder.jit.<locals>.prologue_execution_timer.<locals>.wrapped"),
     ("globals swap", "thunder.executors.pythonex (the generated prologue's globals)"),
+    ("globals swap", "thunder.core.jit_ext.unpack_inputs"),
     ("wrapper peel", "thunder.__init__ (the epilogue's torch.no_grad and no_autocast decorators)"),
     ("bytecode scan", "thunder.executors.torch_compile.TorchCompileExecutor.fusion_pass, "
                       "thunder.transforms.cudagraph.CUDAGraphTransform.generate_fused_trace"),
@@ -296,6 +297,22 @@ def test_the_generated_prologue_calls_the_check_implementations_through_the_glob
     impls = {impl.get() for impl in _thunder.CHECK_IMPLS}
     holding = {name: value for name, value in pro.__globals__.items() if callable(value) and value in impls}
     assert holding == {name: impl.get() for name, impl in zip(touch.detail, _thunder.CHECK_IMPLS, strict=True)}
+
+
+def test_unpack_inputs_sorts_with_the_global_sorted_and_jit_ext_keeps_the_builtin():
+    """:data:`UNPACK_SORTED`: ``unpack_inputs`` (or a function it defines) looks ``sorted`` up in its globals, so a
+    copy of them with ``sorted`` bound reaches every sort it makes; no patch puts a ``sorted`` into ``jit_ext``."""
+    import thunder.core.jit_ext as jit_ext
+
+    from thunder_ext.host import patches
+
+    touch = reliances.UNPACK_SORTED
+    codes = [jit_ext.unpack_inputs.__code__, *touch.nested_code(jit_ext.unpack_inputs)]
+    assert any(set(touch.detail) <= set(code.co_names) for code in codes)
+    swapped = touch.with_globals(jit_ext.unpack_inputs, {"sorted": len})
+    assert swapped.__globals__["sorted"] is len and swapped.__code__ is jit_ext.unpack_inputs.__code__
+    with patches.holding():
+        assert "sorted" not in vars(jit_ext)
 
 
 def test_the_epilogue_is_the_generated_function_under_two_decorators():

@@ -22,7 +22,6 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "put_grads": ("a", "g"),
     "split_into_forward_and_backward": ("joint_trace",),
     "sort_waits": ("execution_trace",),
-    "sorted": ("iterable", "key", "reverse"),
     "_infer_name_postfix_from_provenance": ("pr",),
     "unpack_inputs": ("ctx", "prologue_trace", "pro_to_comp_inps", "pro_to_epi_inps", "args", "kwargs"),
     "add_transform": ("cfn", "transform", "disable_torch_autograd_support"),

@@ -166,14 +166,11 @@ def _where() -> dict[str, tuple[Any, ...]]:
 
 
 def _stand_in_patches() -> list[Patch]:
-    """Every stand-in of :data:`thunder_ext.compilation.STAND_INS` at every place it goes; ``sorted`` is a new
-    attribute of ``jit_ext`` (it shadows the builtin in that module only)."""
-    where, table = _where(), []
-    for name, (original, stand_in) in STAND_INS.items():
-        if name != "sorted":
-            replacement = guarded(original, stand_in)
-            table += [Patch(owner, name, original, replacement) for owner in where[name]]
-    return [*table, Patch(jit_ext, "sorted", ABSENT, guarded(*STAND_INS["sorted"]))]
+    """Every stand-in of :data:`thunder_ext.compilation.STAND_INS` at every place it goes."""
+    where = _where()
+    return [Patch(owner, name, original, replacement)
+            for name, (original, stand_in) in STAND_INS.items()
+            for replacement in (guarded(original, stand_in),) for owner in where[name]]
 
 
 def _table_patches() -> list[Patch]:

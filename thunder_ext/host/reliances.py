@@ -18,7 +18,8 @@ closure read                  the symbols a dispatch wrapper of the torch functi
                               generated prologue inside the timer ``thunder.jit`` wraps a cache entry's
                               ``prologue_fn`` in (:data:`PROLOGUE_TIMER_CLOSURE`)
 globals swap                  the prologue's check implementations, swapped in a copy of its globals
-                              (:data:`PROLOGUE_CHECK_GLOBALS`)
+                              (:data:`PROLOGUE_CHECK_GLOBALS`); ``sorted`` as ``unpack_inputs`` sees it
+                              (:data:`UNPACK_SORTED`)
 wrapper peel                  the epilogue's ``no_grad``/``no_autocast`` decorators (:data:`EPILOGUE_DECORATORS`)
 bytecode scan                 the conjunctive ``_should_fuse`` predicates (:data:`CONJUNCTION_CODE`)
 caller-frame check            ``ltorch.copy_`` calling ``_copy_`` (:data:`COPY_FRAME`)
@@ -38,8 +39,8 @@ from typing import Any
 from .names import REGION_FIELDS
 
 __all__ = ["Reliance", "Touch", "RELIANCES", "DISPATCH_CLOSURE", "TORCH_COMPILE_MERGE_CLOSURE",
-           "CUDAGRAPH_MERGE_CLOSURE", "PROLOGUE_TIMER_CLOSURE", "PROLOGUE_CHECK_GLOBALS", "EPILOGUE_DECORATORS",
-           "CONJUNCTION_CODE", "COPY_FRAME", "NODE_BYPASS", "REGION_BYPASS", "LOOKASIDE_COPY"]
+           "CUDAGRAPH_MERGE_CLOSURE", "PROLOGUE_TIMER_CLOSURE", "PROLOGUE_CHECK_GLOBALS", "UNPACK_SORTED",
+           "EPILOGUE_DECORATORS", "CONJUNCTION_CODE", "COPY_FRAME", "NODE_BYPASS", "REGION_BYPASS", "LOOKASIDE_COPY"]
 
 
 class Reliance(enum.Enum):
@@ -110,6 +111,14 @@ class Touch:
         return nested(fn.__code__)
 
     @staticmethod
+    def with_globals(fn: Any, replacements: dict[str, Any]) -> Any:
+        """``fn`` (same code, defaults and closure) running in a copy of its globals with ``replacements`` bound
+        (``Reliance.GLOBALS``): the module's own globals stay as they are; functions ``fn`` defines while it runs
+        share the copy."""
+        scope = {**fn.__globals__, **replacements}
+        return types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+
+    @staticmethod
     def copy(fn: Any) -> Any:
         """``fn`` under another identity: the same code, globals, defaults and closure (``Reliance.COPY``)."""
         return types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
@@ -142,6 +151,12 @@ PROLOGUE_CHECK_GLOBALS = Touch(
     ("host/cache_hit.guard",),
     "the generated prologue calls the pythonex check implementations (CHECK_IMPLS) through these globals: the "
     "hit path runs its code with faster checks in a copy of them")
+UNPACK_SORTED = Touch(
+    Reliance.GLOBALS, "thunder.core.jit_ext.unpack_inputs", ("sorted",),
+    ("python_state/dict_state.sorting_tensor_keys",),
+    "the prologue orders the inputs it fetches with the builtin sorted, by access paths; a path through a tensor "
+    "key holds the key's proxy, which refuses comparison: unpack_inputs runs with sorted bound in a copy of its "
+    "globals (jit_ext itself keeps the builtin)")
 EPILOGUE_DECORATORS = Touch(
     Reliance.PEEL, "thunder.__init__ (the epilogue's torch.no_grad and no_autocast decorators)", (),
     ("host/cache_hit.plain_epilogue",),
@@ -173,7 +188,7 @@ LOOKASIDE_COPY = Touch(
 
 RELIANCES: tuple[Touch, ...] = (
     DISPATCH_CLOSURE, TORCH_COMPILE_MERGE_CLOSURE, CUDAGRAPH_MERGE_CLOSURE, PROLOGUE_TIMER_CLOSURE,
-    PROLOGUE_CHECK_GLOBALS, EPILOGUE_DECORATORS, CONJUNCTION_CODE, COPY_FRAME, NODE_BYPASS, REGION_BYPASS,
-    LOOKASIDE_COPY,
+    PROLOGUE_CHECK_GLOBALS, UNPACK_SORTED, EPILOGUE_DECORATORS, CONJUNCTION_CODE, COPY_FRAME, NODE_BYPASS,
+    REGION_BYPASS, LOOKASIDE_COPY,
 )
 """Every way thunder_ext relies on the shape of Thunder's code (see the module docstring)."""

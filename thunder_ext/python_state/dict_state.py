@@ -42,10 +42,11 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.executors.pythonex import ex as pythonex
 
 from ..host.names import DICT_WRITES, GUARDED_DICTS
+from ..host.reliances import UNPACK_SORTED
 from ..declare.opaque_torch import executor
 
 __all__ = ["SET_ITEM", "CHECK_KEYS", "DictKeysChanged", "ProxyLeakError", "lookasides", "take_writes", "reachable",
-           "sorted_by_proxy_names", "name_postfix", "is_attribute_dict"]
+           "sorting_tensor_keys", "sorted_by_proxy_names", "name_postfix", "is_attribute_dict"]
 
 _UNPACKABLE = frozenset({PseudoInst.LOAD_ATTR, PseudoInst.BINARY_SUBSCR})
 _INPUTS = frozenset({PseudoInst.INPUT_ARGS, PseudoInst.INPUT_KWARGS, PseudoInst.INPUT_FN})
@@ -336,14 +337,21 @@ def _sortable(order: Any) -> Any:
     return order
 
 
-def sorted_by_proxy_names(original: Callable[..., Any], iterable: Any, /, *, key: Callable[..., Any] | None = None,
+def sorting_tensor_keys(unpack_inputs: Callable[..., Any]) -> Callable[..., Any]:
+    """``jit_ext.unpack_inputs`` (the prologue orders the inputs it unpacks by their access paths, with the builtin
+    ``sorted``) running with :func:`sorted_by_proxy_names` as its ``sorted`` (:data:`UNPACK_SORTED`: in a copy of its
+    globals; ``jit_ext`` keeps the builtin)."""
+    return UNPACK_SORTED.with_globals(unpack_inputs, {"sorted": sorted_by_proxy_names})
+
+
+def sorted_by_proxy_names(iterable: Any, /, *, key: Callable[..., Any] | None = None,
                           reverse: bool = False) -> list[Any]:
-    """``sorted`` as ``jit_ext`` sees it (the prologue orders its unpacked inputs by their access paths): a path
-    through a tensor key (``state[p]["exp_avg"]``) holds the key's proxy, which refuses comparison; paths compare with
-    each proxy replaced by its name (the prologue's variable for that tensor), otherwise as before."""
+    """``sorted`` for the prologue's access paths: a path through a tensor key (``state[p]["exp_avg"]``) holds the
+    key's proxy, which refuses comparison; paths compare with each proxy replaced by its name (the prologue's variable
+    for that tensor), otherwise as before."""
     if key is None:
-        return original(iterable, reverse=reverse)
-    return original(iterable, key=lambda item: _sortable(key(item)), reverse=reverse)
+        return sorted(iterable, reverse=reverse)
+    return sorted(iterable, key=lambda item: _sortable(key(item)), reverse=reverse)
 
 
 def name_postfix(original: Callable[[ProvenanceRecord], str], pr: ProvenanceRecord) -> str:
