@@ -58,11 +58,13 @@ import thunder.transforms.autodiff as autodiff
 import thunder.transforms.cudagraph as cudagraph
 import torch
 import torch.distributed
+from thunder.core.trace import TraceResults
 
 from .declare import opaque_torch
 from .eager import batch_norm, eager_checks, optimizers, overloads, profiler, seeding
 from .eager.grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
 from .host import fast, state
+from .host.fast import with_bound_symbols
 from .host.names import LTORCH_COPY, NAME_POSTFIX, UPDATE_FUSION_CALL_CTX
 from .passes import autograd_boundary, cudagraph as effect_cudagraph, dce, fusion, partition, remat, split, waits
 from .passes.certificate import CollectiveCertificate
@@ -182,7 +184,7 @@ def acquire(original: Callable[..., Any], fn: Any, args: Any, kwargs: Any, /, *,
         return results
     call = _Call(fn, args, kwargs, leaves_asked)
     for step in AFTER_ACQUISITION:
-        results = step(results, call) or results
+        results = step(results, call)
     return results
 
 
@@ -196,27 +198,34 @@ class _Call:
         self.aliases: tuple[frozenset[str], ...] = ()
 
 
-def _refuse_untraceable(results: Any, call: _Call) -> None:
-    """Hooks placed, then what the trace cannot honour refused with a typed error: stale tensor references after a
-    metadata change, and seeding, metadata changes and ops without a derivative under autograd."""
-    computation = results.computation_trace
-    tensor_hooks.place_hooks(computation)
+def _refuse_untraceable(results: Any, call: _Call) -> Any:
+    """Hooks placed (a new computation trace), then what the trace cannot honour refused with a typed error: stale
+    tensor references after a metadata change, and seeding, metadata changes and ops without a derivative under
+    autograd."""
+    computation = with_bound_symbols(results.computation_trace, tensor_hooks.place_hooks(results.computation_trace),
+                                     "Tensor hooks placed (thunder-effects)")
     rebinding.check_stale_reads(computation)
     seeding.refuse_under_autograd(computation)
     rebinding.refuse_under_autograd(computation)
     opaque_torch.refuse_under_autograd(computation, autograd_boundary.differentiated(computation))
+    return TraceResults(results.prologue_trace, computation, results.epilogue_trace, results.interpreter_log)
 
 
-def _place_aliases(results: Any, call: _Call) -> None:
-    """The call's value of every argument (weak references resolved in the prologue first), the leafness the trace
-    asked guarded, the alias groups by storage placed for every later pass and guarded in the prologue."""
-    referents.resolve_in_prologue(results.prologue_trace)  # before the prologue's unpacking is replayed
-    call.tensors = arguments.argument_tensors(results.prologue_trace, results.computation_trace, call.fn, call.args,
-                                              call.kwargs)
-    interpreter_state.guard_leaves(results, call.tensors, call.leaves_asked)
+def _place_aliases(results: Any, call: _Call) -> Any:
+    """The call's value of every argument (weak references resolved in a new prologue first), the alias groups by
+    storage placed for every later pass, and the prologue checks of the leafness the trace asked and of the
+    arguments' aliasing added (a new prologue)."""
+    prologue = with_bound_symbols(results.prologue_trace, referents.resolve_in_prologue(results.prologue_trace),
+                                  "Weak references resolved (thunder-effects)")
+    results = TraceResults(prologue, results.computation_trace, results.epilogue_trace, results.interpreter_log)
+    call.tensors = arguments.argument_tensors(prologue, results.computation_trace, call.fn, call.args, call.kwargs)
+    checks = interpreter_state.leaf_checks(results, call.tensors, call.leaves_asked)
     call.aliases = arguments.alias_groups_of(call.tensors)
     state.place_input_aliases(call.aliases)
-    eager_checks.guard_aliasing(results, call.tensors)
+    checks += eager_checks.aliasing_checks(results, call.tensors)
+    *unpacking, ret = prologue.bound_symbols
+    prologue = with_bound_symbols(prologue, [*unpacking, *checks, ret], "Prologue checks (thunder-effects)")
+    return TraceResults(prologue, results.computation_trace, results.epilogue_trace, results.interpreter_log)
 
 
 def _functionalize(results: Any, call: _Call) -> Any:
@@ -226,7 +235,8 @@ def _functionalize(results: Any, call: _Call) -> Any:
 
 AFTER_ACQUISITION: tuple[Callable[[Any, _Call], Any], ...] = (_refuse_untraceable, _place_aliases, _functionalize)
 """Step 4, in order: eager's errors first; differentiated compilations then see the trace without writes. Each
-step takes the acquisition's results and the call, and returns new results or ``None`` (unchanged)."""
+step takes the acquisition's results and the call and returns new results (new traces where it changed one; the
+traces it was given are left as they are)."""
 
 
 def transforms(given: list[Any], *, reinplace: bool, verify: bool, certify_collectives: bool) -> list[Any]:

@@ -72,7 +72,7 @@ from ..declare.opaque_torch import executor
 
 __all__ = ["SCALAR_TYPE_NAMES", "result_type_error", "checked_copy", "Overlap", "overlap_status",
            "PARTIAL_OVERLAP_MESSAGE", "NO_PARTIAL_OVERLAP", "SAME_LAYOUT", "overlap_pairs", "view_pairs",
-           "SAME_STORAGE", "check_overlaps", "guard_aliasing"]
+           "SAME_STORAGE", "check_overlaps", "aliasing_checks"]
 
 
 # --- in-place result types -------------------------------------------------------------------------------------
@@ -336,10 +336,10 @@ def view_pairs(adapted: AdaptedTrace) -> tuple[tuple[str, str], ...]:
                          if not (a in arguments and b in arguments) and storage.storage(a) == storage.storage(b)}))
 
 
-def guard_aliasing(results: Any, tensors: Mapping[str, torch.Tensor]) -> None:
+def aliasing_checks(results: Any, tensors: Mapping[str, torch.Tensor]) -> list[Any]:
     """Raise eager's partial-overlap error now if this call's operands of one in-place op partially overlap
-    (nothing is compiled), and guard the entry in the prologue so that a later call it would not be right for
-    does not run it (and compiles, and is decided again):
+    (nothing is compiled), and return the prologue checks that guard the entry so that a later call it would not be
+    right for does not run it (and compiles, and is decided again):
 
     * arguments that alias (:func:`overlap_pairs`): :data:`NO_PARTIAL_OVERLAP` for each pair, on every call;
     * views made inside the function (:func:`view_pairs`): made again from this call's arguments (:class:`_Views`)
@@ -348,7 +348,7 @@ def guard_aliasing(results: Any, tensors: Mapping[str, torch.Tensor]) -> None:
     * which arguments share storage (:data:`SAME_STORAGE`), when the computation writes an argument: the program
       was compiled for that grouping (functionalization's synthetic bases, the effect graph's ordering).
 
-    ``results`` are Thunder's ``TraceResults`` (its prologue is changed in place), ``tensors`` the call's tensors
+    ``results`` are Thunder's ``TraceResults`` (left as they are), ``tensors`` the call's tensors
     by computation argument name (:func:`thunder_ext.python_state.arguments.argument_tensors`)."""
     prologue, computation = results.prologue_trace, results.computation_trace
     aliased = alias_groups_of(tensors)
@@ -365,14 +365,14 @@ def guard_aliasing(results: Any, tensors: Mapping[str, torch.Tensor]) -> None:
     if len(names) > 1 and written_arguments(adapted):
         checks.append(SAME_STORAGE.bind(storage_pattern([tensors[n] for n in names]),
                                         *(proxy_of[n] for n in names), output=None))
-    prologue.bound_symbols[-1:-1] = checks
+    return checks
 
 
 def _check_view_pairs(adapted: AdaptedTrace, tensors: Mapping[str, torch.Tensor],
                       aliased: Sequence[frozenset[str]]) -> dict[str, int | None]:
     """Raise eager's error if views made inside the function partially overlap in this call (:func:`view_pairs`);
     the arguments they come from, with the storage offset to pin (``None``: strides only; see
-    :func:`guard_aliasing`)."""
+    :func:`aliasing_checks`)."""
     inside = view_pairs(adapted)
     guarded: dict[str, int | None] = {}
     if not inside:

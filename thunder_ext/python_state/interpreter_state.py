@@ -28,7 +28,7 @@ program takes another branch than eager, silently. Three classes of questions go
   an argument's own flag; a value made in the trace requires grad when grad mode was on, it is floating point,
   and an operand requires grad — except the outputs of :data:`NO_HISTORY` (``detach``, the ``*_like`` factories).
   ``is_leaf`` is ``not requires_grad`` for a value made in the trace; for an argument that requires grad it is the
-  call's tensor's, and the prologue then checks it on every call (:data:`SAME_LEAF`, :func:`guard_leaves`), as it
+  call's tensor's, and the prologue then checks it on every call (:data:`SAME_LEAF`, :func:`leaf_checks`), as it
   checks ``requires_grad`` and ``dtype`` (Thunder's tensor metadata check), so a cache hit never reuses an answer
   that no longer holds. ``grad_fn`` is ``None`` exactly for leaves; otherwise :class:`TracedGradFn`, which answers
   nothing but its identity and says so.
@@ -62,7 +62,7 @@ from ..declare.declarations import ASSERT
 from ..declare.opaque_torch import executor
 
 __all__ = ["METADATA", "NO_HISTORY", "SAME_LEAF", "TracedInferenceMode", "TracedGradFn", "owned_setattr",
-           "is_grad_enabled", "requires_grad", "torch_device", "asking_leaves", "guard_leaves", "lookasides"]
+           "is_grad_enabled", "requires_grad", "torch_device", "asking_leaves", "leaf_checks", "lookasides"]
 
 
 # --- context managers and grad mode ------------------------------------------------------------------------------
@@ -182,7 +182,7 @@ _questions = _Questions()
 
 @contextlib.contextmanager
 def asking_leaves() -> Iterator[list[tuple[torch.Tensor, bool]]]:
-    """Collect, during one compilation on this thread, the leafness questions :func:`guard_leaves` must guard."""
+    """Collect, during one compilation on this thread, the leafness questions :func:`leaf_checks` must guard."""
     outer, _questions.leaves = _questions.leaves, []
     try:
         yield _questions.leaves
@@ -268,9 +268,9 @@ SAME_LEAF = executor.register_operator(
 """``same_leaf(t, leaf)``: a prologue check that argument ``t``'s ``is_leaf`` is what the trace was told."""
 
 
-def guard_leaves(results: Any, tensors: Mapping[str, torch.Tensor],
-                 asked: Sequence[tuple[torch.Tensor, bool]]) -> None:
-    """Add :data:`SAME_LEAF` to the prologue of ``results`` (Thunder's ``TraceResults``, changed in place) for every
+def leaf_checks(results: Any, tensors: Mapping[str, torch.Tensor],
+                asked: Sequence[tuple[torch.Tensor, bool]]) -> list[Any]:
+    """The prologue checks (:data:`SAME_LEAF`, for the prologue of ``results``, Thunder's ``TraceResults``) of every
     tensor of the call (``tensors``: :func:`thunder_ext.python_state.arguments.argument_tensors`, by computation
     argument name)
     whose leafness the computation ``asked`` (:func:`asking_leaves`).
@@ -280,7 +280,7 @@ def guard_leaves(results: Any, tensors: Mapping[str, torch.Tensor],
             later calls).
     """
     if not asked:
-        return
+        return []
     names = {id(tensor): name for name, tensor in tensors.items()}
     missing = [tensor for tensor, _ in asked if id(tensor) not in names]
     if missing:
@@ -292,8 +292,7 @@ def guard_leaves(results: Any, tensors: Mapping[str, torch.Tensor],
     pro_to_comp = prologue.bound_symbols[-1].args[0][0]
     proxy_of = {c.name: p for c, p in zip(computation.args, pro_to_comp, strict=False) if isinstance(c, TensorProxy)}
     leaves = {names[id(tensor)]: leaf for tensor, leaf in asked}
-    prologue.bound_symbols[-1:-1] = [SAME_LEAF.bind(proxy_of[name], leaf, output=None)
-                                     for name, leaf in sorted(leaves.items())]
+    return [SAME_LEAF.bind(proxy_of[name], leaf, output=None) for name, leaf in sorted(leaves.items())]
 
 
 def torch_device(*args: Any, **kwargs: Any) -> torch.device:

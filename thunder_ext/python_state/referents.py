@@ -33,6 +33,7 @@ from typing import Any
 
 from thunder.core.interpreter import ProvenanceRecord, PseudoInst, WrappedValue, do_raise, wrap, wrap_const
 from thunder.core.prims import PrimIDs
+from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 from thunder.executors.pythonex import ex as pythonex
 
@@ -82,10 +83,12 @@ def lookasides() -> dict[Any, Callable[..., Any]]:
     return {weakref.ref.__call__: _call_reference}
 
 
-def resolve_in_prologue(prologue: TraceCtx) -> None:
-    """Each unpacking ``ref[REFERENT]`` of ``prologue`` becomes :data:`DEREFERENCE` of ``ref`` (in place)."""
-    bsyms = prologue.bound_symbols
-    for i, bsym in enumerate(bsyms):
-        key = bsym.args[1] if bsym.sym.id is PrimIDs.UNPACK_GETITEM and len(bsym.args) == 2 else None
-        if isinstance(key, str) and key == REFERENT:
-            bsyms[i] = DEREFERENCE.bind(bsym.args[0], output=bsym.output)
+def resolve_in_prologue(prologue: TraceCtx) -> list[BoundSymbol]:
+    """The bound symbols of ``prologue`` with each unpacking ``ref[REFERENT]`` made :data:`DEREFERENCE` of ``ref``."""
+    return [DEREFERENCE.bind(bsym.args[0], output=bsym.output) if _unpacks_referent(bsym) else bsym
+            for bsym in prologue.bound_symbols]
+
+
+def _unpacks_referent(bsym: BoundSymbol) -> bool:
+    key = bsym.args[1] if bsym.sym.id is PrimIDs.UNPACK_GETITEM and len(bsym.args) == 2 else None
+    return isinstance(key, str) and key == REFERENT

@@ -279,16 +279,17 @@ def _method(self: Any, hook: Any) -> Any:
 
 
 # --- placing the hooks in the acquired trace -----------------------------------------------------------------
-def place_hooks(trace: TraceCtx) -> None:
-    """Move every :data:`HOOKED` bound symbol of ``trace`` (just acquired) right after its tensor is made, make every
-    other read of the tensor read the hooked value, and seal the hooks (changes ``trace`` in place).
+def place_hooks(trace: TraceCtx) -> list[BoundSymbol]:
+    """The bound symbols of ``trace`` (just acquired) with every :data:`HOOKED` one moved right after its tensor is
+    made and every other read of the tensor reading the hooked value; the hooks are sealed (``trace`` itself is
+    left as it is: the caller makes the new trace).
 
     Raises:
         HookError: a hooked tensor is written in place.
     """
     hooked = {b.args[0].name: b for b in trace.bound_symbols if b.sym is HOOKED}
     if not hooked:
-        return
+        return list(trace.bound_symbols)
     for bsym in hooked.values():
         bsym.args[1].tensor = bsym.args[0]
         bsym.args[1].sealed = True
@@ -301,7 +302,7 @@ def place_hooks(trace: TraceCtx) -> None:
             continue
         bsyms.append(bsym.from_bsym_swap_proxies(swap, skip_output=True))
         bsyms += [hooked[o.name] for o in bsym.flat_proxy_outs if o.name in hooked]
-    trace.bound_symbols = bsyms
+    return bsyms
 
 
 def _made(bsyms: list[BoundSymbol]) -> set[str]:
