@@ -10,17 +10,10 @@ run-time aliasing of the arguments in its cache key (``f(x, y)`` and ``f(x, x.t(
 it to the pipeline, which records it as the program's input aliases instead of rewriting aliased arguments as
 reshapes.
 
-A cache hit runs :func:`thunder_ext.host.cache_hit.hit_path`: Thunder's own generated prologues as the guards (shapes,
-dtypes, devices, ``requires_grad``, constants, the run-time aliasing of the arguments...), then the computation and
-epilogue, in one frame instead of Thunder's eight layers; anything else (no prologue passes, autocast, DDP/FSDP,
-a call while Thunder traces) takes Thunder's path, which compiles.
-
-The Thunder patches (:mod:`thunder_ext.host.patches`) are held only while a ``thunder_ext.jit`` function compiles
-(Thunder's cache missed; a cache hit touches none of them), or between
-:func:`install` and :func:`uninstall`, which make *every* ``thunder.jit`` use the pipeline. What
-``add_transform`` makes of a ``thunder_ext.jit`` function (``thunder.distributed.ddp``/``fsdp`` re-jit it with
-the same compile options) is wrapped the same way (:data:`thunder_ext.host.patches.ADD_TRANSFORM_HOOK`); before, the
-holds its compilations took were never released.
+This module only configures: the compile options, the executors and the transforms (in the order
+:func:`thunder_ext.compilation.transforms` states); how the returned function's calls run — the cache-hit path
+first, Thunder's path holding the patches while it compiles — is :mod:`thunder_ext.calls`'s. :func:`install` and
+:func:`uninstall` make *every* ``thunder.jit`` use the pipeline.
 
 ``reinplace=True`` (the default) adds :class:`thunder_ext.passes.inplace_kernels.Reinplace`, which runs ``op`` +
 ``copy_`` pairs
@@ -35,19 +28,15 @@ transforms, which checks the trace after all optimizations against the trace Thu
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import thunder
 import thunder.extend as extend
-from thunder.core.module import ThunderModule
 
-from . import compilation
+from . import calls, compilation
 from .declare import opaque_torch
 from .host import patches, state
-from .host.cache_hit import hit_path
-from .host.names import FORWARD_FN
 from .options import check_jit_arguments
 from .recompiles import DEFAULT_WARN_AFTER, WARN_AFTER_OPTION
 
@@ -81,42 +70,6 @@ def enabled() -> bool:
     return _installed
 
 
-def _held(call: Callable[..., Any], jfn: Any, verify: bool) -> Callable[..., Any]:
-    enter, leave = patches.enter_call, patches.exit_call
-
-    @functools.wraps(call)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        enter()
-        try:
-            result = call(*args, **kwargs)
-        finally:
-            compiled = leave()
-        if compiled:
-            compilation.on_compiled(jfn, verify)
-        return result
-
-    return run
-
-
-def _rewrap(jfn: Any) -> Any:
-    """A function ``add_transform`` made from a ``thunder_ext.jit`` function (``ddp``, ``fsdp``: the same compile
-    options, more transforms), held over each call like the one it came from; others unchanged."""
-    cd = thunder.compile_data(jfn)
-    if cd is None or not cd.compile_options.get(state.OPTION):
-        return jfn
-    transforms = getattr(cd, "transforms", None) or ()  # set by thunder.jit, not a declared CompileData field
-    return _hold_calls(jfn, compilation.verifies(transforms))
-
-
-def _hold_calls(jfn: Any, verify: bool) -> Any:
-    """``jfn`` with the patch holds its compilations take released after each call (:func:`_held`), cache hits
-    taking :func:`thunder_ext.host.cache_hit.hit_path`."""
-    if isinstance(jfn, ThunderModule):
-        FORWARD_FN.set(jfn, hit_path(jfn, _held(FORWARD_FN.get(jfn), jfn, verify)))
-        return jfn
-    return hit_path(jfn, _held(jfn, jfn, verify))
-
-
 def jit(
     fn: Callable[..., Any], /, *, verify: bool = False, reinplace: bool = True, certify_collectives: bool = True,
     compile_options: Mapping[str, Any] | None = None, recompile_warning_after: int | None = DEFAULT_WARN_AFTER,
@@ -146,5 +99,5 @@ def jit(
     kwargs[state.OPTION] = True
     kwargs[WARN_AFTER_OPTION] = recompile_warning_after
     kwargs[state.OPTION_ALIAS_UPDATES] = not skip_alias_updates
-    patches.hook_compilations(_rewrap)
-    return _hold_calls(thunder.jit(fn, transforms=transforms, skip_inplace_alias_updates=False, **kwargs), verify)
+    patches.hook_compilations(calls.rewrap)
+    return calls.wrap(thunder.jit(fn, transforms=transforms, skip_inplace_alias_updates=False, **kwargs), verify)

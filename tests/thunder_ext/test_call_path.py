@@ -4,7 +4,6 @@ pinned, plain ``thunder.jit`` untouched by the hook."""
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 
 import pytest
@@ -19,7 +18,7 @@ from thunder_ext.host import patches as _patches  # noqa: E402
 from thunder_ext import compilation  # noqa: E402
 from thunder_signatures import EXPECTED_PARAMETERS  # noqa: E402
 
-jit_mod = importlib.import_module("thunder_ext.jit")  # `thunder_ext.jit` the attribute is the function
+from thunder_ext import calls as calls_mod  # noqa: E402
 
 
 @pytest.fixture
@@ -118,7 +117,7 @@ from thunder_ext.host import cache_hit as fast_call  # noqa: E402
 def _counting_hit_path(fn, **kwargs):
     """``thunder_ext.jit(fn)`` with its slow path (Thunder's, which compiles on a miss) counted."""
     slow_calls = []
-    original = jit_mod.hit_path
+    original = calls_mod.hit_path
 
     def counting(jfn, slow):
         @functools.wraps(slow)
@@ -128,11 +127,11 @@ def _counting_hit_path(fn, **kwargs):
 
         return original(jfn, counted)
 
-    jit_mod.hit_path = counting
+    calls_mod.hit_path = counting
     try:
         call = thunder_ext.jit(fn, executors=["torch"], **kwargs)
     finally:
-        jit_mod.hit_path = original
+        calls_mod.hit_path = original
     return call, call, slow_calls
 
 
