@@ -12,10 +12,11 @@ step  Thunder's point                             what thunder-effects does ther
 ====  ==========================================  ==================================================================
 1     ``thunder.jit``                             options, executors (``jit``) and the post-optimization
                                                   transforms in order (:func:`transforms`)
-2     ``thunder_general_jit``: the interpreter    :func:`acquire`; the interpreter answers Python state as eager
-                                                  (:func:`interpreter_tables`: lookasides, ``Tensor`` methods and
-                                                  properties; ``interpreter.wrap``), ``_copy_`` keeps eager's
-                                                  result types
+2     ``thunder_general_jit``: the interpreter    :func:`acquire` (a recompilation's reason recorded first,
+                                                  :mod:`thunder_ext.recompiles`); the interpreter answers Python
+                                                  state as eager (:func:`interpreter_tables`: lookasides, ``Tensor``
+                                                  methods and properties; ``interpreter.wrap``), ``_copy_`` keeps
+                                                  eager's result types
 3     ``thunder_general_jit``: prologue, epilogue  ``unpack_inputs`` (its ``sorted``), the input names (paths through
                                                   tensor keys), ``build_value_from_wrapped`` and
                                                   ``process_recorded_modifications``: one epilogue writes back every
@@ -33,7 +34,8 @@ step  Thunder's point                             what thunder-effects does ther
 9     ``split_into_forward_and_backward``         side effects of the forward stay in the forward
 10    post-optimization transforms                CUDA graphs (the runner stand-ins), then :func:`transforms`:
                                                   ``Reinplace``, ``EffectVerification``, ``CollectiveCertificate``
-11    the first call returns                      :func:`on_compiled`: the patches' holds released, traces verified
+11    the compiling call returns                  :mod:`thunder_ext.calls` releases the patches' holds, then
+                                                  :func:`on_compiled`: every trace verified (``verify=True``)
 ====  ==========================================  ==================================================================
 
 A cache hit runs none of this: :func:`thunder_ext.host.cache_hit.hit_path`.
