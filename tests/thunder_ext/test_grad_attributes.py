@@ -111,8 +111,12 @@ executor matrix runs (the fast tests below cover each mechanism without an optim
 
 
 def _cells(names) -> list:
+    """Every program under ``torch``, the default executors and one torch.compile fusion type, the fusion types
+    alternating from program to program (both run across the programs; a torch.compile cell costs 15 s here)."""
+    fusions = [e for e in EXECUTORS if e.startswith("torchcompile")]
     return [pytest.param(name, executor, marks=() if (name, executor) == DEFAULT_CELL else pytest.mark.slow)
-            for name in names for executor in EXECUTORS]
+            for k, name in enumerate(names) for executor in EXECUTORS
+            if not executor.startswith("torchcompile") or executor == fusions[k % len(fusions)]]
 
 
 def _assert_same(eager: tuple[torch.nn.Module, torch.optim.Optimizer],
