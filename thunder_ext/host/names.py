@@ -225,7 +225,7 @@ BIND_POSTPROCESS = Private("thunder.core.symbol.Symbol", "_bind_postprocess", Ki
                            "fills a bound symbol's call context: which callable an operator runs")
 CALL_CTX = Private("thunder.core.symbol.BoundSymbol", "_call_ctx", Kind.FIELD, ("declare/honesty", "declare/plugin"),
                    "name -> callable an operator's bound symbol runs; CheckEffects replaces the callable")
-FORWARD_FN = Private("thunder.core.module.ThunderModule", "_forward_fn", Kind.FIELD, ("jit",),
+FORWARD_FN = Private("thunder.core.module.ThunderModule", "_forward_fn", Kind.FIELD, ("calls",),
                      "what a ThunderModule call runs; thunder_ext.jit wraps it to hold the patches while compiling")
 FLAT_OUTS = Private("thunder.core.symbol.BoundSymbol", "flat_outs", Kind.CACHE, ("host/fast",),
                     "Thunder's flattened outputs, used when already computed")
