@@ -11,6 +11,7 @@ costs once instead of once per block. Import *order* (``import thunder`` before 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -62,6 +63,23 @@ json.dump(results, sys.stdout)
 def python_blocks(page: Path) -> list[str]:
     """The page's ```python blocks, in order."""
     return re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+
+
+PAGES = (ROOT / "README.md", *(ROOT / "docs" / name for name in
+                               ("declaring-effects.md", "troubleshooting.md", "installation.md")))
+"""The pages whose blocks the tests run (``tests/test_readme.py``, ``tests/test_docs.py``)."""
+
+
+@functools.cache
+def page_results() -> dict[Path, list[tuple[int, str]]]:
+    """Exit status and output of every block of every page of :data:`PAGES`, by page: all run together, once per
+    test process (the README's and the docs' tests share one import of Thunder; they run in one xdist group)."""
+    blocks = [(page, index, block) for page in PAGES for index, block in enumerate(python_blocks(page))]
+    results = run_blocks([(f"<{page.relative_to(ROOT)} block {index}>", block) for page, index, block in blocks])
+    by_page: dict[Path, list[tuple[int, str]]] = {page: [] for page in PAGES}
+    for (page, _, _), result in zip(blocks, results, strict=True):
+        by_page[page].append(result)
+    return by_page
 
 
 def run_blocks(blocks: list[tuple[str, str]]) -> list[tuple[int, str]]:

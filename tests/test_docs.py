@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from snippets import python_blocks, run_blocks
+from snippets import page_results, python_blocks
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 PAGES = ("declaring-effects.md", "troubleshooting.md", "installation.md")
 BLOCKS = [(page, index, block) for page in PAGES for index, block in enumerate(python_blocks(DOCS / page))]
 
-pytestmark = pytest.mark.xdist_group("docs")  # under -n: one worker runs the forking interpreter once
+pytestmark = pytest.mark.xdist_group("snippets")  # under -n: one worker runs the forking interpreter once
 
 
 @pytest.fixture(scope="module")
 def results() -> list[tuple[int, str]]:
     """Exit status and output of every block, in :data:`BLOCKS` order."""
-    return run_blocks([(f"<docs/{page} block {index}>", block) for page, index, block in BLOCKS])
+    return [result for page in PAGES for result in page_results()[DOCS / page]]
 
 
 def test_pages_have_examples() -> None:

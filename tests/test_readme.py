@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from snippets import python_blocks, run_blocks
+from snippets import page_results, python_blocks
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SNIPPETS = python_blocks(README)
 
-pytestmark = pytest.mark.xdist_group("readme")  # under -n: one worker runs the forking interpreter once
+pytestmark = pytest.mark.xdist_group("snippets")  # under -n: one worker runs the forking interpreter once
 
 
 @pytest.fixture(scope="module")
 def results() -> list[tuple[int, str]]:
     """Exit status and output of every snippet, in order."""
-    return run_blocks([(f"<README snippet {i}>", snippet) for i, snippet in enumerate(SNIPPETS)])
+    return page_results()[README]
 
 
 def test_readme_has_snippets() -> None:
