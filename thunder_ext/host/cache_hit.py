@@ -196,17 +196,9 @@ def guard(entry: Any) -> Callable[..., Any]:
     if len(inner) != 1 or inner[0].__closure__ is not None:
         return timed
     pro = inner[0]
-    scope = dict(pro.__globals__)
-    swapped = False
-    for name in PROLOGUE_CHECK_GLOBALS.detail:
-        value = scope.get(name)
-        fast = _FAST_CHECKS.get(value) if callable(value) else None
-        if fast is not None:
-            scope[name] = fast
-            swapped = True
-    if not swapped:
-        return pro
-    return types.FunctionType(pro.__code__, scope, pro.__name__, pro.__defaults__, None)
+    values = {name: pro.__globals__.get(name) for name in PROLOGUE_CHECK_GLOBALS.detail}
+    swaps = {name: _FAST_CHECKS[value] for name, value in values.items() if callable(value) and value in _FAST_CHECKS}
+    return PROLOGUE_CHECK_GLOBALS.with_globals(pro, swaps) if swaps else pro
 
 
 _PACKING = frozenset((PrimIDs.UNPACK_TRIVIAL, PrimIDs.RETURN))
