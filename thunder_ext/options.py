@@ -23,7 +23,7 @@ fail only at the first call, deep inside a pass. :func:`check_jit_arguments` ref
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import thunder.extend as extend
@@ -104,8 +104,7 @@ def _check_keywords(kwargs: Mapping[str, Any]) -> None:
     known = THUNDER_JIT_KEYWORDS | THUNDER_COMPILE_OPTIONS | set(OWN_COMPILE_OPTIONS)
     for name in kwargs:
         if name not in known:
-            close = difflib.get_close_matches(name, sorted(known | set(OWN_SWITCHES) | set(OWN_LIMITS)), n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint = _did_you_mean(name, known | set(OWN_SWITCHES) | set(OWN_LIMITS))
             raise JitArgumentError(
                 f"thunder_ext.jit({name}=...): unknown keyword; {hint}Keywords are thunder_ext's "
                 f"({', '.join(OWN_SWITCHES + OWN_LIMITS)}), thunder.jit's ({', '.join(sorted(THUNDER_JIT_KEYWORDS))}) "
@@ -122,10 +121,15 @@ def _check_executors(executors: Any) -> None:
     names = {ex.name for ex in extend.get_all_executors()}
     for ex in executors or ():
         if isinstance(ex, str) and ex not in names:
-            close = difflib.get_close_matches(ex, sorted(names), n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint = _did_you_mean(ex, names)
             raise JitArgumentError(f"thunder_ext.jit(executors=[..., {ex!r}, ...]): no executor of that name is "
                                    f"registered; {hint}Registered: {', '.join(sorted(names))}")
+
+
+def _did_you_mean(name: str, choices: Collection[str]) -> str:
+    """``"did you mean 'x'? "`` for the closest of ``choices`` to ``name``, or nothing."""
+    close = difflib.get_close_matches(name, sorted(choices), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
 
 
 def _check_sequence(name: str, value: Any, kind: type | tuple[type, ...], what: str) -> None:
