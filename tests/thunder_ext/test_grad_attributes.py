@@ -27,6 +27,9 @@ EXECUTORS = {
     "torchcompile/consecutive": {"executors": ["torchcompile"], "fusion_type": "consecutive"},
     "torchcompile/dataflow": {"executors": ["torchcompile"], "fusion_type": "dataflow"},
 }
+EXECUTOR_PARAMS = [pytest.param(name, marks=pytest.mark.slow if name.startswith("torchcompile") else ())
+                   for name in EXECUTORS]
+"""Every executor configuration; torch.compile's (~10 s a cell on 2 cores) are ``slow``."""
 
 
 def _model() -> torch.nn.Module:
@@ -105,7 +108,7 @@ PROGRAMS: dict[str, Callable[..., None]] = {f.__name__: f for f in (
 ISSUE = ("scale_grads_then_step", "step_then_zero_grad_in_place", "step_then_clamp_data")
 """The three programs of the issue."""
 
-DEFAULT_CELL = ("scale_grads_then_step", "default")
+DEFAULT_CELL = ("scale_grads_then_step", "torch")
 """Thunder interprets ``torch.optim`` slowly (~5 s per compilation on 2 cores): by default one cell of the program x
 executor matrix runs (the fast tests below cover each mechanism without an optimizer); the others are ``slow``."""
 
@@ -171,7 +174,7 @@ def scale_present_grads(params):
             p.grad.mul_(0.5)
 
 
-@pytest.mark.parametrize("executor", list(EXECUTORS))
+@pytest.mark.parametrize("executor", EXECUTOR_PARAMS)
 def test_grad_none_on_some_parameters_and_changing_between_calls(executor):
     """Some parameters have no gradient; which ones changes from call to call (the compiled program guards the
     answer it was traced with, so a call where a gradient is ``None`` that was a tensor, or the reverse, compiles
@@ -289,7 +292,7 @@ def perturb_then_forward(m, x):
     return m(x).sum()
 
 
-@pytest.mark.parametrize("executor", list(EXECUTORS))
+@pytest.mark.parametrize("executor", EXECUTOR_PARAMS)
 def test_data_written_in_a_differentiated_program(executor):
     """``p.data.add_`` where ``p`` requires grad, in a program whose output is differentiated: the write has no
     autograd history (``p`` stays a leaf), the forward sees it, and the gradients are eager's."""
