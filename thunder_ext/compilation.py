@@ -63,7 +63,7 @@ import torch.distributed
 from thunder.core.trace import TraceResults
 
 from .declare import opaque_torch
-from .eager import batch_norm, eager_checks, optimizers, overloads, profiler, seeding
+from .eager import batch_norm, data_dependent, eager_checks, optimizers, overloads, profiler, seeding
 from .eager.grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
 from .host import fast, state
 from .host.fast import with_bound_symbols
@@ -162,7 +162,7 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]]) -> Interpre
              | overloads.lookasides(lookaside_map) | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
              | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
-             | tensor_hooks.lookasides())
+             | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map))
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
     methods = opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods() | tensor_attributes.methods()
     return InterpreterTables(added, methods, overloads.methods(), optimizers.properties())
@@ -180,11 +180,11 @@ def acquire(original: Callable[..., Any], fn: Any, args: Any, kwargs: Any, /, *,
     recorded), then, while the pipeline is active, :data:`AFTER_ACQUISITION` on its traces. A recompilation first
     records why the cache entries did not fit (:func:`thunder_ext.recompiles.record_miss`)."""
     recompiles.record_miss(fn, args, kwargs)
-    with interpreter_state.asking_leaves() as leaves_asked:
+    with interpreter_state.asking_leaves() as leaves_asked, data_dependent.deciding() as decided:
         results = original(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
     if not state.active():
         return results
-    call = _Call(fn, args, kwargs, leaves_asked)
+    call = _Call(fn, args, kwargs, leaves_asked, decided)
     for step in AFTER_ACQUISITION:
         results = step(results, call)
     return results
@@ -194,8 +194,9 @@ class _Call:
     """What the steps after acquisition know of the call that compiles: its function and arguments, the tensor
     leafness the trace asked, and (once :func:`_place_aliases` ran) each argument's tensor and the alias groups."""
 
-    def __init__(self, fn: Any, args: Any, kwargs: Any, leaves_asked: list[Any]) -> None:
-        self.fn, self.args, self.kwargs, self.leaves_asked = fn, args, kwargs, leaves_asked
+    def __init__(self, fn: Any, args: Any, kwargs: Any, leaves_asked: list[Any],
+                 decided: list[data_dependent.Decision]) -> None:
+        self.fn, self.args, self.kwargs, self.leaves_asked, self.decided = fn, args, kwargs, leaves_asked, decided
         self.tensors: Mapping[str, Any] = {}
         self.aliases: tuple[frozenset[str], ...] = ()
 
@@ -225,6 +226,7 @@ def _place_aliases(results: Any, call: _Call) -> Any:
     call.aliases = arguments.alias_groups_of(call.tensors)
     state.place_input_aliases(call.aliases)
     checks += eager_checks.aliasing_checks(results, call.tensors)
+    checks += data_dependent.guards(call.decided, call.tensors, results)
     *unpacking, ret = prologue.bound_symbols
     prologue = with_bound_symbols(prologue, [*unpacking, *checks, ret], "Prologue checks (thunder-effects)")
     return TraceResults(prologue, results.computation_trace, results.epilogue_trace, results.interpreter_log)

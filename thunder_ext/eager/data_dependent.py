@@ -1,0 +1,281 @@
+"""Data-dependent Python branches on tensor values: decided as eager decides them, on the call's values, guarded.
+
+A traced program cannot read a tensor's value into Python: Thunder raises at ``bool(t)`` (``if rho_t > 5.0`` in
+``torch.optim.RAdam``), and ``t.item()`` gives a number proxy *without a value*, whose ``bool`` Thunder answers
+``False`` whatever the tensor holds — a silently wrong branch (``if x.sum().item() > 0``; ``torch.amp.GradScaler``'s
+``if not sum(v.item() for v in found_inf...)``). Inside a ``thunder_ext.jit`` compilation, the interpreter's
+``bool`` (its lookaside, :func:`lookasides`) decides such a value instead:
+
+1. **the slice** (:func:`_slice`): the bound symbols of the computation traced so far that the value depends on —
+   the effect graph's ancestors of its definer along data, read-after-write and write-after-write edges (so
+   ``step += 1`` before ``rho_t`` is in it) — back to the proxied inputs (*leaves*);
+2. **refusal**: a slice member with a resource effect (RNG, IO, collectives) or an opaque one cannot be run again
+   without changing what the call does: :class:`DataDependentBranchError` names the op and the fix;
+3. **the value**: the slice as its own trace, made executable on the torch executor once, run on the call's leaves
+   (the interpreter's wrappers keep each input's real tensor) — the leaves it writes cloned first, so the call's
+   state is not written twice — under ``no_grad``; the branch eager takes is then traced;
+4. **the guard** (:func:`guards`, a step after acquisition): a prologue check :data:`SAME_DECISION` runs the same
+   slice on every later call's leaves (clones of the written ones) and fails when the value differs, so the entry
+   is a cache miss and the call compiles the other branch — never a stale one. ``thunder_ext.explain_recompiles``
+   reports it as :attr:`thunder_ext.prologue_replay.GuardKind.DATA_DEPENDENT` with the expression.
+
+Cost on every call of a compilation with such a branch: one run of each slice (scalar arithmetic on the step for
+RAdam; for GradScaler the unscale of clones of every gradient, and the found-inf reduction).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import thunder.core.prims as prims
+from thunder.core.codeutils import SigInfo
+from effects import EdgeKind, DependencyGraph
+from thunder.core.interpreter import do_raise, get_interpreterruntimectx, unwrap, wrap_const
+from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, get_tracectx, tracectx
+from thunder.executors.passes import transform_for_execution
+from thunder.executors.pythonex import ex as python_executor
+from thunder.executors.torchex import ex as torch_executor
+
+from ..declare.adapter import adapt_bsyms
+from ..declare.declarations import ASSERT
+from ..declare.opaque_torch import executor
+from ..host.names import PROXIED_VALUES, SIGINFO
+from effects import Effects, ResourceEffect
+
+__all__ = ["DataDependentBranchError", "Decision", "SAME_DECISION", "deciding", "guards", "lookasides"]
+
+
+class DataDependentBranchError(NotImplementedError):
+    """A Python branch on a tensor value that cannot be decided from the call's inputs (its computation has an
+    effect that running it again would repeat or change: RNG, IO, a collective, an opaque op)."""
+
+
+_FOLLOWED = frozenset({EdgeKind.DATA, EdgeKind.RAW, EdgeKind.WAW})
+
+
+@dataclass(frozen=True, slots=True)
+class _Slice:
+    """What a value depends on: the bound symbols (in trace order), the tensor leaves (the call's inputs they read),
+    the leaves' positions that they write, and the values of the number leaves (the prologue pins those)."""
+
+    expression: str
+    fn: Callable[..., Any]
+    leaves: tuple[TensorProxy, ...]
+    written: frozenset[int]
+    numbers: tuple[Any, ...]
+
+    def run(self, tensors: tuple[torch.Tensor, ...]) -> Any:
+        with torch.no_grad():
+            args = [t.detach().clone() if k in self.written else t.detach() for k, t in enumerate(tensors)]
+            value = self.fn(*args, *self.numbers)
+        return value.item() if isinstance(value, torch.Tensor) else value
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A data-dependent value decided at compile time: its slice, the value, and the call's leaf tensors (matched
+    to the computation's arguments after acquisition, by identity)."""
+
+    key: int
+    slice: _Slice
+    value: Any
+    tensors: tuple[torch.Tensor, ...]
+
+
+_SLICES: dict[int, _Slice] = {}
+"""Key -> the slice a prologue's :data:`SAME_DECISION` runs (kept for the life of the process, as the entries)."""
+_keys = itertools.count()
+_decided: ContextVar[list[Decision] | None] = ContextVar("thunder_effects_decided", default=None)
+
+
+@contextmanager
+def deciding() -> Iterator[list[Decision]]:
+    """The decisions of the acquisition in progress (:func:`thunder_ext.compilation.acquire`)."""
+    decided: list[Decision] = []
+    token = _decided.set(decided)
+    try:
+        yield decided
+    finally:
+        _decided.reset(token)
+
+
+# --- the slice ---------------------------------------------------------------------------------------------------
+def _ancestors(graph: DependencyGraph, start: int) -> list[int]:
+    _, _, kinds, _ = graph.edge_lists()
+    src = graph.edge_lists()[0]
+    seen, todo = {start}, [start]
+    while todo:
+        v = todo.pop()
+        for e in graph.pred_edge_range(v):
+            if kinds[e] in _FOLLOWED and src[e] not in seen:
+                seen.add(src[e])
+                todo.append(src[e])
+    return sorted(seen)
+
+
+def _refuse_effects(graph: DependencyGraph, members: list[int], bsyms: Any, expression: str) -> None:
+    for i in members:
+        eff = graph.effects(i)
+        if eff.opaque or eff.resources:
+            what = "an opaque effect" if eff.opaque else ", ".join(str(r) for r in sorted(eff.resources))
+            raise DataDependentBranchError(
+                f"thunder_ext.jit cannot decide {expression} from the call's inputs: it is computed by "
+                f"{bsyms[i].sym.name} ({what}), which cannot run again without changing what the call does. "
+                "Compute the condition outside the jitted function, or use torch.where instead of a Python branch.")
+
+
+def _names(bsyms: list[BoundSymbol], leaves: list[Proxy]) -> set[str]:
+    """Every proxy name ``bsyms`` (their subsymbols too) and ``leaves`` use, taken in the slice's own trace."""
+    names = {p.name for p in leaves}
+    todo = list(bsyms)
+    while todo:
+        b = todo.pop()
+        names |= {p.name for p in (*b.flat_proxy_args, *b.flat_proxy_outs)}
+        todo.extend(b.subsymbols)
+    return names
+
+
+def _slice(target: Proxy, expression: str) -> _Slice:
+    """The slice of the trace so far that ``target`` depends on, as an executable function of its leaves."""
+    trace = get_tracectx()
+    bsyms = list(trace.bound_symbols)
+    adapted = adapt_bsyms(bsyms)
+    graph = DependencyGraph.build(adapted.program)
+    definer = next((i for i, inst in enumerate(adapted.program.instructions) if target.name in inst.outputs), None)
+    members = [] if definer is None else _ancestors(graph, definer)
+    _refuse_effects(graph, members, adapted.bsyms, expression)
+    chosen = [adapted.bsyms[i] for i in members]
+    made = {o.name for b in chosen for o in b.flat_proxy_outs}
+    leaves = list({p.name: p for b in chosen for p in b.flat_proxy_args if p.name not in made}.values())
+    if definer is None:
+        leaves = [target]
+    tensors = tuple(p for p in leaves if isinstance(p, TensorProxy))
+    numbers = tuple(p for p in leaves if not isinstance(p, TensorProxy))
+    written_classes = set().union(*(graph.written_storage(i) or () for i in members))
+    storage = graph.storage
+    written = frozenset(k for k, p in enumerate(tensors)
+                        if p.name in adapted.program.inputs and storage.storage(p.name) in written_classes)
+    traced = TraceCtx()
+    traced.bound_symbols.extend(chosen)
+    traced.names.update(_names(chosen, leaves))
+    with tracectx(traced):
+        prims.python_return(target)
+    traced.args = (*tensors, *numbers)
+    signature = SigInfo("data_dependent_value")
+    signature.args = [(a.name, None) for a in traced.args]
+    SIGINFO.set(traced, signature)
+    extrace = transform_for_execution(traced, executors_list=(executor, torch_executor, python_executor))
+    return _Slice(expression, extrace.python_callable(), tensors, written, tuple(p.value for p in numbers))
+
+
+# --- the call's values -------------------------------------------------------------------------------------------
+def _real_tensors(leaves: tuple[TensorProxy, ...], expression: str) -> tuple[torch.Tensor, ...]:
+    wrappers = {id(w.value): w for w in PROXIED_VALUES.get(get_interpreterruntimectx())}
+    found = []
+    for leaf in leaves:
+        wrapper = wrappers.get(id(leaf))
+        if wrapper is None or not isinstance(wrapper.original_value, torch.Tensor):
+            raise DataDependentBranchError(
+                f"thunder_ext.jit cannot decide {expression}: {leaf.name} is not a tensor of the call's inputs. "
+                "Compute the condition outside the jitted function, or use torch.where.")
+        found.append(wrapper.original_value)
+    return tuple(found)
+
+
+def _decide(target: Proxy, expression: str) -> Any:
+    """The value of ``target`` on the call's inputs, recorded for the prologue guard."""
+    decided = _decided.get()
+    if decided is None:
+        raise DataDependentBranchError(f"{expression} outside a thunder_ext.jit compilation")
+    sliced = _slice(target, expression)
+    tensors = _real_tensors(sliced.leaves, expression)
+    value = sliced.run(tensors)
+    key = next(_keys)
+    _SLICES[key] = sliced
+    decided.append(Decision(key, sliced, value, tensors))
+    return value
+
+
+# --- the interpreter's bool -------------------------------------------------------------------------------------
+def _data_dependent(value: Any) -> bool:
+    if isinstance(value, TensorProxy):
+        return True
+    if not isinstance(value, NumberProxy):
+        return False
+    return value.value is None or _from_item(value)
+
+
+def _from_item(value: NumberProxy) -> bool:
+    """Whether the number proxy is computed (in the trace so far) from a tensor's ``item``."""
+    trace = get_tracectx()
+    needed = {value.name}
+    for bsym in reversed(trace.bound_symbols):
+        if any(o.name in needed for o in bsym.flat_proxy_outs):
+            if bsym.sym.id in (prims.PrimIDs.ITEM, "item") or bsym.sym.name == "item":
+                return True
+            needed |= {p.name for p in bsym.flat_proxy_args if isinstance(p, NumberProxy)}
+            needed |= {p.name for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)}
+    return False
+
+
+def lookasides(lookaside_map: Mapping[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """The interpreter's ``bool`` (Thunder's lookaside behind it) deciding tensor values (see the module docstring)."""
+    original = lookaside_map[bool]
+
+    def decided_bool(wrapped: Any) -> Any:
+        value = unwrap(wrapped)
+        if not _data_dependent(value):
+            return original(wrapped)
+        try:
+            return wrap_const(bool(_decide(value, f"bool({value.name})")))
+        except DataDependentBranchError as error:
+            return do_raise(error)
+
+    return {bool: decided_bool}
+
+
+# --- the guard ---------------------------------------------------------------------------------------------------
+def _same_decision(key: int, expected: Any, *tensors: torch.Tensor) -> None:
+    if _SLICES[key].run(tensors) != expected:
+        raise RuntimeError(f"thunder_effects_same_decision: {_SLICES[key].expression} changed (a cache miss, not an "
+                           "error)")
+
+
+def _same_decision_meta(key: int, expected: Any, *tensors: TensorProxy) -> None:
+    return None
+
+
+SAME_DECISION = executor.register_operator(
+    "thunder_effects_same_decision", meta=_same_decision_meta, fn=_same_decision,
+    effects=Effects(resources=frozenset({ResourceEffect(ASSERT, ordered=False)})))
+"""``same_decision(key, expected, *tensors)``: a prologue check that the data-dependent value ``key`` (its slice)
+is ``expected`` on the call's tensors; otherwise the entry does not fit the call."""
+
+
+def guards(decided: list[Decision], tensors: Mapping[str, torch.Tensor], results: Any) -> list[Any]:
+    """The prologue checks of the decisions: each slice's leaves as the computation's arguments, found by the
+    call's tensor (``tensors``: by argument name), given as the prologue's proxies (``results``: Thunder's
+    ``TraceResults``)."""
+    if not decided:
+        return []
+    computation, pro_to_comp = results.computation_trace, results.prologue_trace.bound_symbols[-1].args[0][0]
+    proxy_of = {c.name: p for c, p in zip(computation.args, pro_to_comp, strict=False) if isinstance(c, Proxy)}
+    by_id = {id(t): name for name, t in tensors.items()}
+    checks = []
+    for d in decided:
+        names = [by_id.get(id(t)) for t in d.tensors]
+        if any(n is None or n not in proxy_of for n in names):
+            raise DataDependentBranchError(
+                f"thunder_ext.jit cannot guard {d.slice.expression}: a tensor it depends on is not an argument of "
+                "the computation. Compute the condition outside the jitted function, or use torch.where.")
+        checks.append(SAME_DECISION.bind(d.key, d.value, *(proxy_of[n] for n in names), output=None))
+    return checks
