@@ -248,10 +248,18 @@ def _inplace_methods() -> dict[str, Callable[..., Any]]:
     return found
 
 
-_METHODS = _inplace_methods()
+def _to(self: Any, *args: Any, non_blocking: bool = False, **kwargs: Any) -> Any:
+    """``Tensor.to`` with eager's ``non_blocking`` (a scheduling hint, the same values; ``GradScaler``'s per-device
+    copies pass it), which Thunder's ``to`` lacks."""
+    return _THUNDER_TO(self, *args, **kwargs)
+
+
+_THUNDER_TO = METHOD_TABLE.get()["to"]
+_METHODS = _inplace_methods() | {"to": _to}
 
 
 def methods() -> dict[str, tuple[Symbol, Callable[..., Any]]]:
-    """``Tensor`` method name -> (Thunder's symbol, the checking method that replaces it in the method table)."""
+    """``Tensor`` method name -> (Thunder's symbol, the method that replaces it in the method table: the in-place
+    methods' binding checks, ``to`` with ``non_blocking``)."""
     table = METHOD_TABLE.get()
     return {name: (table[name], method) for name, method in _METHODS.items()}
