@@ -26,6 +26,8 @@ RAdam; for GradScaler the unscale of clones of every gradient, and the found-inf
 from __future__ import annotations
 
 import itertools
+import linecache
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -51,7 +53,7 @@ from ..declare.opaque_torch import executor
 from ..host.names import PROXIED_VALUES, SIGINFO
 from effects import Effects, ResourceEffect
 
-__all__ = ["DataDependentBranchError", "Decision", "SAME_DECISION", "deciding", "guards", "lookasides"]
+__all__ = ["DataDependentBranchError", "Decision", "SAME_DECISION", "deciding", "decided", "guards", "lookasides"]
 
 
 class DataDependentBranchError(NotImplementedError):
@@ -94,18 +96,37 @@ class Decision:
 _SLICES: dict[int, _Slice] = {}
 """Key -> the slice a prologue's :data:`SAME_DECISION` runs (kept for the life of the process, as the entries)."""
 _keys = itertools.count()
-_decided: ContextVar[list[Decision] | None] = ContextVar("thunder_effects_decided", default=None)
+class _Acquisition:
+    """The decisions of one acquisition, and which number proxies of its trace come from a tensor's ``item``
+    (updated with the bound symbols recorded since the last question: each is looked at once)."""
+
+    def __init__(self) -> None:
+        self.decisions: list[Decision] = []
+        self.from_item: set[str] = set()
+        self.scanned: tuple[int, int] = (0, 0)  # (id of the bound-symbol list, how many of it were looked at)
+
+    def computed_from_item(self, value: NumberProxy) -> bool:
+        bsyms = get_tracectx().bound_symbols
+        start = self.scanned[1] if self.scanned[0] == id(bsyms) else 0
+        for bsym in bsyms[start:]:
+            if bsym.sym.name == "item" or any(p.name in self.from_item for p in bsym.flat_proxy_args):
+                self.from_item |= {o.name for o in bsym.flat_proxy_outs if isinstance(o, NumberProxy)}
+        self.scanned = (id(bsyms), len(bsyms))
+        return value.name in self.from_item
+
+
+_acquisition: ContextVar[_Acquisition | None] = ContextVar("thunder_effects_decisions", default=None)
 
 
 @contextmanager
 def deciding() -> Iterator[list[Decision]]:
     """The decisions of the acquisition in progress (:func:`thunder_ext.compilation.acquire`)."""
-    decided: list[Decision] = []
-    token = _decided.set(decided)
+    acquisition = _Acquisition()
+    token = _acquisition.set(acquisition)
     try:
-        yield decided
+        yield acquisition.decisions
     finally:
-        _decided.reset(token)
+        _acquisition.reset(token)
 
 
 # --- the slice ---------------------------------------------------------------------------------------------------
@@ -193,38 +214,34 @@ def _real_tensors(leaves: tuple[TensorProxy, ...], expression: str) -> tuple[tor
 
 def _decide(target: Proxy, expression: str) -> Any:
     """The value of ``target`` on the call's inputs, recorded for the prologue guard."""
-    decided = _decided.get()
-    if decided is None:
+    acquisition = _acquisition.get()
+    if acquisition is None:
         raise DataDependentBranchError(f"{expression} outside a thunder_ext.jit compilation")
     sliced = _slice(target, expression)
     tensors = _real_tensors(sliced.leaves, expression)
     value = sliced.run(tensors)
     key = next(_keys)
     _SLICES[key] = sliced
-    decided.append(Decision(key, sliced, value, tensors))
+    acquisition.decisions.append(Decision(key, sliced, value, tensors))
     return value
+
+
+def _source() -> str:
+    """The user's source line being interpreted: ```if rho_t > 5.0``` (radam.py:349)."""
+    filename, positions = get_interpreterruntimectx().get_current_user_source_location()
+    lineno = getattr(positions, "lineno", None)
+    if not filename or lineno is None:
+        return "an unknown line"
+    return f"`{linecache.getline(filename, lineno).strip()}` ({os.path.basename(filename)}:{lineno})"
 
 
 # --- the interpreter's bool -------------------------------------------------------------------------------------
 def _data_dependent(value: Any) -> bool:
+    """A tensor, or a number computed from a tensor's ``item`` (Thunder gives those a made-up value)."""
     if isinstance(value, TensorProxy):
         return True
-    if not isinstance(value, NumberProxy):
-        return False
-    return value.value is None or _from_item(value)
-
-
-def _from_item(value: NumberProxy) -> bool:
-    """Whether the number proxy is computed (in the trace so far) from a tensor's ``item``."""
-    trace = get_tracectx()
-    needed = {value.name}
-    for bsym in reversed(trace.bound_symbols):
-        if any(o.name in needed for o in bsym.flat_proxy_outs):
-            if bsym.sym.id in (prims.PrimIDs.ITEM, "item") or bsym.sym.name == "item":
-                return True
-            needed |= {p.name for p in bsym.flat_proxy_args if isinstance(p, NumberProxy)}
-            needed |= {p.name for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)}
-    return False
+    acquisition = _acquisition.get()
+    return isinstance(value, NumberProxy) and acquisition is not None and acquisition.computed_from_item(value)
 
 
 def lookasides(lookaside_map: Mapping[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
@@ -236,7 +253,7 @@ def lookasides(lookaside_map: Mapping[Any, Callable[..., Any]]) -> dict[Any, Cal
         if not _data_dependent(value):
             return original(wrapped)
         try:
-            return wrap_const(bool(_decide(value, f"bool({value.name})")))
+            return wrap_const(bool(_decide(value, f"bool({value.name}) at {_source()}")))
         except DataDependentBranchError as error:
             return do_raise(error)
 
@@ -244,6 +261,11 @@ def lookasides(lookaside_map: Mapping[Any, Callable[..., Any]]) -> dict[Any, Cal
 
 
 # --- the guard ---------------------------------------------------------------------------------------------------
+def decided(key: int, tensors: tuple[torch.Tensor, ...]) -> tuple[str, Any]:
+    """The expression of the decision ``key`` and its value on ``tensors`` (what :data:`SAME_DECISION` compares)."""
+    return _SLICES[key].expression, _SLICES[key].run(tensors)
+
+
 def _same_decision(key: int, expected: Any, *tensors: torch.Tensor) -> None:
     if _SLICES[key].run(tensors) != expected:
         raise RuntimeError(f"thunder_effects_same_decision: {_SLICES[key].expression} changed (a cache miss, not an "
