@@ -4,8 +4,8 @@ Thunder decides a cache hit by running each cache entry's *prologue*, a generate
 (``x = args[0]``, ``module.get_parameter('lin.weight')``, ``self.scale``) and checks that raise on a mismatch
 (``check_tensor_metadata``, ``check_number_type_and_value``, ``check_len``, ``check_literal_like``,
 ``check_string_value``, ``check_none``, and thunder_ext's own: argument aliasing ``SAME_STORAGE``, dict key sets
-``CHECK_KEYS``, leafness ``SAME_LEAF``, strides ``SAME_LAYOUT``, data-dependent branches ``SAME_DECISION``). The exception is swallowed and says nothing a user
-can act on.
+``CHECK_KEYS``, leafness ``SAME_LEAF``, strides ``SAME_LAYOUT``, data-dependent branches ``SAME_DECISION``). The
+exception is swallowed and says nothing a user can act on.
 
 :func:`first_failure` *replays* an entry's final prologue trace bound symbol by bound symbol on the call's real
 arguments: each symbol's printed line runs in a namespace built as Thunder builds the generated prologue's (the

@@ -91,7 +91,7 @@ def test_radam_rectification_matches_eager(foreach):
     assert thunder_ext.explain_recompiles(step)[-1].kind is GuardKind.DATA_DEPENDENT
 
 
-# --- torch.amp.GradScaler: a step with inf gradients is skipped, the scale backs off -----------------------------------
+# --- torch.amp.GradScaler: a step with inf gradients is skipped, the scale backs off --------------------------------
 def _scaled_backward(params: list[torch.Tensor], scaler: torch.amp.GradScaler, step: int) -> None:
     for p in params:
         p.grad = None

@@ -22,6 +22,9 @@ parameter of the ATen overload eager picks (``x.index_add_(0, i, s, alpha=2)``).
   Thunder's ``cat`` checks every operand's rank and raises ``IndexError``. A call that mixes such tensors with
   others of the same dtype runs Thunder's symbol on the others (:func:`_skipping_legacy_empty`).
 
+* ``Tensor.to(..., non_blocking=True)`` (``GradScaler``'s per-device copies): Thunder's ``to`` has no
+  ``non_blocking``, a scheduling hint that changes no value; the method-table entry drops it (:func:`_to`).
+
 Entries replace Thunder's (interpreter lookasides of the torch functions, method-table entries of the in-place
 methods) while the patches are held (:mod:`thunder_ext.host.patches`); calls Thunder accepts take Thunder's path
 unchanged. Cost: one signature bind per such call, at trace time.
