@@ -17,6 +17,8 @@ import thunder_ext  # noqa: E402
 from thunder_ext.eager.data_dependent import DataDependentBranchError  # noqa: E402
 from thunder_ext.prologue_replay import GuardKind  # noqa: E402
 
+from executor_configs import CONFIGS, PARAMS  # noqa: E402
+
 
 def _tensor_branch(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     y = (x * w).sum()
@@ -32,9 +34,10 @@ def _item_branch(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return -y
 
 
+@pytest.mark.parametrize("config", PARAMS)
 @pytest.mark.parametrize("fn", [_tensor_branch, _item_branch], ids=["bool", "item"])
-def test_branch_follows_eager_and_recompiles_on_the_other_outcome(fn):
-    jfn = thunder_ext.jit(fn, executors=["torch"])
+def test_branch_follows_eager_and_recompiles_on_the_other_outcome(fn, config):
+    jfn = thunder_ext.jit(fn, **CONFIGS[config])
     w, jw = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
     for sign in (1, -1, 1, -1, 1):
         x = sign * torch.arange(1.0, 4.0)
@@ -60,6 +63,16 @@ def test_a_branch_on_a_random_value_is_refused():
         thunder_ext.jit(f, executors=["torch"])(torch.ones(3))
 
 
+def test_a_branch_on_a_tensor_of_several_elements_raises_eagers_error():
+    def f(x):
+        return x * 2 if x > 0 else x
+
+    with pytest.raises(RuntimeError, match="more than one value is ambiguous"):
+        f(torch.ones(3))
+    with pytest.raises(RuntimeError, match="more than one value is ambiguous"):
+        thunder_ext.jit(f, executors=["torch"])(torch.ones(3))
+
+
 # --- torch.optim.RAdam: rho_t > 5 flips at the 6th step with beta2 = 0.9 -------------------------------------------
 def _params() -> list[torch.Tensor]:
     torch.manual_seed(0)
@@ -72,12 +85,13 @@ def _grads(step: int) -> list[torch.Tensor]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("foreach", [False, True])
-def test_radam_rectification_matches_eager(foreach):
+@pytest.mark.parametrize("config,foreach", [("torch", False), ("torch", True), ("torchcompile-dataflow", True),
+                                            ("torchcompile-consecutive", False)])
+def test_radam_rectification_matches_eager(config, foreach):
     eager_params, jit_params = _params(), _params()
     eager = torch.optim.RAdam(eager_params, lr=0.1, betas=(0.9, 0.9), foreach=foreach)
     jitted = torch.optim.RAdam(jit_params, lr=0.1, betas=(0.9, 0.9), foreach=foreach)
-    step = thunder_ext.jit(jitted.step, executors=["torch"])
+    step = thunder_ext.jit(jitted.step, **CONFIGS[config])
     for i in range(8):
         for p, q, g in zip(eager_params, jit_params, _grads(i), strict=True):
             p.grad, q.grad = g.clone(), g.clone()
@@ -107,13 +121,14 @@ def _scaler_step(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer)
 
 
 @pytest.mark.slow
-def test_grad_scaler_skips_the_inf_step_as_eager():
+@pytest.mark.parametrize("config", ["torch", "torchcompile-consecutive"])
+def test_grad_scaler_skips_the_inf_step_as_eager(config):
     eager_params, jit_params = _params(), _params()
     eager_opt = torch.optim.SGD(eager_params, lr=0.1, momentum=0.9)
     jit_opt = torch.optim.SGD(jit_params, lr=0.1, momentum=0.9)
     eager_scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=2)
     jit_scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=2)
-    step = thunder_ext.jit(_scaler_step, executors=["torch"])
+    step = thunder_ext.jit(_scaler_step, **CONFIGS[config])
     for i in range(6):
         _scaled_backward(eager_params, eager_scaler, i)
         _scaled_backward(jit_params, jit_scaler, i)

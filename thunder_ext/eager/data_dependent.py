@@ -75,11 +75,11 @@ class _Slice:
     written: frozenset[int]
     numbers: tuple[Any, ...]
 
-    def run(self, tensors: tuple[torch.Tensor, ...]) -> Any:
+    def run(self, tensors: tuple[torch.Tensor, ...]) -> bool:
+        """``bool`` of the value on ``tensors`` (eager's error for a tensor of several elements)."""
         with torch.no_grad():
             args = [t.detach().clone() if k in self.written else t.detach() for k, t in enumerate(tensors)]
-            value = self.fn(*args, *self.numbers)
-        return value.item() if isinstance(value, torch.Tensor) else value
+            return bool(self.fn(*args, *self.numbers))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ class Decision:
 
     key: int
     slice: _Slice
-    value: Any
+    value: bool
     tensors: tuple[torch.Tensor, ...]
 
 
@@ -212,13 +212,25 @@ def _real_tensors(leaves: tuple[TensorProxy, ...], expression: str) -> tuple[tor
     return tuple(found)
 
 
-def _decide(target: Proxy, expression: str) -> Any:
-    """The value of ``target`` on the call's inputs, recorded for the prologue guard."""
+def _refuse_aliasing(sliced: _Slice, tensors: tuple[torch.Tensor, ...], expression: str) -> None:
+    """The slice writes a clone of a leaf: refused when that leaf shares storage with another (the clone would not
+    show the write to the other)."""
+    storages = [t.untyped_storage().data_ptr() for t in tensors]
+    for k in sliced.written:
+        if storages.count(storages[k]) > 1:
+            raise DataDependentBranchError(
+                f"thunder_ext.jit cannot decide {expression}: it writes {sliced.leaves[k].name}, which shares storage "
+                "with another tensor it reads. Compute the condition outside the jitted function, or use torch.where.")
+
+
+def _decide(target: Proxy, expression: str) -> bool:
+    """``bool`` of ``target`` on the call's inputs, recorded for the prologue guard."""
     acquisition = _acquisition.get()
     if acquisition is None:
         raise DataDependentBranchError(f"{expression} outside a thunder_ext.jit compilation")
     sliced = _slice(target, expression)
     tensors = _real_tensors(sliced.leaves, expression)
+    _refuse_aliasing(sliced, tensors, expression)
     value = sliced.run(tensors)
     key = next(_keys)
     _SLICES[key] = sliced
@@ -253,26 +265,26 @@ def lookasides(lookaside_map: Mapping[Any, Callable[..., Any]]) -> dict[Any, Cal
         if not _data_dependent(value):
             return original(wrapped)
         try:
-            return wrap_const(bool(_decide(value, f"bool({value.name}) at {_source()}")))
-        except DataDependentBranchError as error:
+            return wrap_const(_decide(value, f"bool({value.name}) at {_source()}"))
+        except (DataDependentBranchError, RuntimeError) as error:  # RuntimeError: eager's, several elements
             return do_raise(error)
 
     return {bool: decided_bool}
 
 
 # --- the guard ---------------------------------------------------------------------------------------------------
-def decided(key: int, tensors: tuple[torch.Tensor, ...]) -> tuple[str, Any]:
+def decided(key: int, tensors: tuple[torch.Tensor, ...]) -> tuple[str, bool]:
     """The expression of the decision ``key`` and its value on ``tensors`` (what :data:`SAME_DECISION` compares)."""
     return _SLICES[key].expression, _SLICES[key].run(tensors)
 
 
-def _same_decision(key: int, expected: Any, *tensors: torch.Tensor) -> None:
+def _same_decision(key: int, expected: bool, *tensors: torch.Tensor) -> None:
     if _SLICES[key].run(tensors) != expected:
         raise RuntimeError(f"thunder_effects_same_decision: {_SLICES[key].expression} changed (a cache miss, not an "
                            "error)")
 
 
-def _same_decision_meta(key: int, expected: Any, *tensors: TensorProxy) -> None:
+def _same_decision_meta(key: int, expected: bool, *tensors: TensorProxy) -> None:
     return None
 
 
