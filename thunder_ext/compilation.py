@@ -16,7 +16,8 @@ step  Thunder's point                             what thunder-effects does ther
                                                   :mod:`thunder_ext.recompiles`); the interpreter answers Python
                                                   state as eager (:func:`interpreter_tables`: lookasides, ``Tensor``
                                                   methods and properties; ``interpreter.wrap``), ``_copy_`` keeps
-                                                  eager's result types
+                                                  eager's result types, ``bool`` of a tensor value decided on the
+                                                  call's values (``data_dependent``)
 3     ``thunder_general_jit``: prologue, epilogue  ``unpack_inputs`` (its ``sorted``), the input names (paths through
                                                   tensor keys), ``build_value_from_wrapped`` and
                                                   ``process_recorded_modifications``: one epilogue writes back every
@@ -216,8 +217,8 @@ def _refuse_untraceable(results: Any, call: _Call) -> Any:
 
 def _place_aliases(results: Any, call: _Call) -> Any:
     """The call's value of every argument (weak references resolved in a new prologue first), the alias groups by
-    storage placed for every later pass, and the prologue checks of the leafness the trace asked and of the
-    arguments' aliasing added (a new prologue)."""
+    storage placed for every later pass, and the prologue checks of the leafness the trace asked, of the
+    arguments' aliasing and of the data-dependent branches decided added (a new prologue)."""
     prologue = with_bound_symbols(results.prologue_trace, referents.resolve_in_prologue(results.prologue_trace),
                                   "Weak references resolved (thunder-effects)")
     results = TraceResults(prologue, results.computation_trace, results.epilogue_trace, results.interpreter_log)
@@ -226,7 +227,9 @@ def _place_aliases(results: Any, call: _Call) -> Any:
     call.aliases = arguments.alias_groups_of(call.tensors)
     state.place_input_aliases(call.aliases)
     checks += eager_checks.aliasing_checks(results, call.tensors)
-    checks += data_dependent.guards(call.decided, call.tensors, results)
+    if call.decided:
+        values = arguments.prologue_values(prologue, call.fn, call.args, call.kwargs)
+        checks += data_dependent.guards(call.decided, prologue, values)
     *unpacking, ret = prologue.bound_symbols
     prologue = with_bound_symbols(prologue, [*unpacking, *checks, ret], "Prologue checks (thunder-effects)")
     return TraceResults(prologue, results.computation_trace, results.epilogue_trace, results.interpreter_log)

@@ -6,6 +6,8 @@ skips the step)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("thunder")
@@ -53,13 +55,26 @@ def test_branch_follows_eager_and_recompiles_on_the_other_outcome(fn, config):
     assert (reason.old, reason.new) == (True, False)
 
 
+def test_a_branch_on_an_argument_itself():
+    def f(x, flag):
+        return x * 2 if flag else x - 1
+
+    jfn = thunder_ext.jit(f, executors=["torch"])
+    for flag in (True, False, True, False):
+        torch.testing.assert_close(jfn(torch.ones(2), torch.tensor(flag)), f(torch.ones(2), torch.tensor(flag)))
+    assert thunder.cache_misses(jfn.__wrapped__) == 2
+    (reason,) = thunder_ext.explain_recompiles(jfn)
+    assert re.fullmatch(r"the branch `return x \* 2 if flag else x - 1` \(test_data_dependent.py:\d+\) from flag",
+                        reason.path), reason.path
+
+
 def test_a_branch_on_a_random_value_is_refused():
     def f(x):
         if torch.rand(()) > 0.5:
             return x * 2
         return x
 
-    with pytest.raises(DataDependentBranchError, match=r"torch.rand\(\(\)\) > 0.5.*rand \(rng\[default\]\)"):
+    with pytest.raises(DataDependentBranchError, match=r"the branch `if torch.rand\(\(\)\) > 0.5:`.*rand \(rng"):
         thunder_ext.jit(f, executors=["torch"])(torch.ones(3))
 
 

@@ -131,12 +131,11 @@ def deciding() -> Iterator[list[Decision]]:
 
 # --- the slice ---------------------------------------------------------------------------------------------------
 def _ancestors(graph: DependencyGraph, start: int) -> list[int]:
-    _, _, kinds, _ = graph.edge_lists()
-    src = graph.edge_lists()[0]
+    """``start`` and every instruction it depends on through data, read-after-write and write-after-write edges."""
+    src, _, kinds, _ = graph.edge_lists()
     seen, todo = {start}, [start]
     while todo:
-        v = todo.pop()
-        for e in graph.pred_edge_range(v):
+        for e in graph.pred_edge_range(todo.pop()):
             if kinds[e] in _FOLLOWED and src[e] not in seen:
                 seen.add(src[e])
                 todo.append(src[e])
@@ -167,35 +166,43 @@ def _names(bsyms: list[BoundSymbol], leaves: list[Proxy]) -> set[str]:
 
 def _slice(target: Proxy, expression: str) -> _Slice:
     """The slice of the trace so far that ``target`` depends on, as an executable function of its leaves."""
-    trace = get_tracectx()
-    bsyms = list(trace.bound_symbols)
-    adapted = adapt_bsyms(bsyms)
+    adapted = adapt_bsyms(list(get_tracectx().bound_symbols))
     graph = DependencyGraph.build(adapted.program)
     definer = next((i for i, inst in enumerate(adapted.program.instructions) if target.name in inst.outputs), None)
     members = [] if definer is None else _ancestors(graph, definer)
     _refuse_effects(graph, members, adapted.bsyms, expression)
     chosen = [adapted.bsyms[i] for i in members]
     made = {o.name for b in chosen for o in b.flat_proxy_outs}
-    leaves = list({p.name: p for b in chosen for p in b.flat_proxy_args if p.name not in made}.values())
-    if definer is None:
-        leaves = [target]
+    leaves = list({p.name: p for b in chosen for p in b.flat_proxy_args if p.name not in made}.values()
+                  if definer is not None else [target])  # an input itself: ``if flag_tensor:``
     tensors = tuple(p for p in leaves if isinstance(p, TensorProxy))
     numbers = tuple(p for p in leaves if not isinstance(p, TensorProxy))
     written_classes = set().union(*(graph.written_storage(i) or () for i in members))
-    storage = graph.storage
     written = frozenset(k for k, p in enumerate(tensors)
-                        if p.name in adapted.program.inputs and storage.storage(p.name) in written_classes)
+                        if p.name in adapted.program.inputs and graph.storage.storage(p.name) in written_classes)
+    fn = _executable(chosen, target, (*tensors, *numbers))
+    return _Slice(expression, fn, tensors, written, tuple(p.value for p in numbers))
+
+
+def _first(value: Any, *rest: Any) -> Any:
+    return value
+
+
+def _executable(bsyms: list[BoundSymbol], target: Proxy, args: tuple[Proxy, ...]) -> Callable[..., Any]:
+    """``bsyms`` as a function of ``args`` returning ``target``, on the torch executor (and this package's); the
+    argument itself when nothing computes it (``target`` is an input)."""
+    if not bsyms:
+        return _first
     traced = TraceCtx()
-    traced.bound_symbols.extend(chosen)
-    traced.names.update(_names(chosen, leaves))
+    traced.bound_symbols.extend(bsyms)
+    traced.names.update(_names(bsyms, list(args)))
     with tracectx(traced):
         prims.python_return(target)
-    traced.args = (*tensors, *numbers)
+    traced.args = args
     signature = SigInfo("data_dependent_value")
-    signature.args = [(a.name, None) for a in traced.args]
+    signature.args = [(a.name, None) for a in args]
     SIGINFO.set(traced, signature)
-    extrace = transform_for_execution(traced, executors_list=(executor, torch_executor, python_executor))
-    return _Slice(expression, extrace.python_callable(), tensors, written, tuple(p.value for p in numbers))
+    return transform_for_execution(traced, executors_list=(executor, torch_executor, python_executor)).python_callable()
 
 
 # --- the call's values -------------------------------------------------------------------------------------------
@@ -265,7 +272,7 @@ def lookasides(lookaside_map: Mapping[Any, Callable[..., Any]]) -> dict[Any, Cal
         if not _data_dependent(value):
             return original(wrapped)
         try:
-            return wrap_const(_decide(value, f"bool({value.name}) at {_source()}"))
+            return wrap_const(_decide(value, f"the branch {_source()}"))
         except (DataDependentBranchError, RuntimeError) as error:  # RuntimeError: eager's, several elements
             return do_raise(error)
 
@@ -295,21 +302,17 @@ SAME_DECISION = executor.register_operator(
 is ``expected`` on the call's tensors; otherwise the entry does not fit the call."""
 
 
-def guards(decided: list[Decision], tensors: Mapping[str, torch.Tensor], results: Any) -> list[Any]:
-    """The prologue checks of the decisions: each slice's leaves as the computation's arguments, found by the
-    call's tensor (``tensors``: by argument name), given as the prologue's proxies (``results``: Thunder's
-    ``TraceResults``)."""
-    if not decided:
-        return []
-    computation, pro_to_comp = results.computation_trace, results.prologue_trace.bound_symbols[-1].args[0][0]
-    proxy_of = {c.name: p for c, p in zip(computation.args, pro_to_comp, strict=False) if isinstance(c, Proxy)}
-    by_id = {id(t): name for name, t in tensors.items()}
+def guards(decided: list[Decision], prologue: Any, values: Mapping[str, Any]) -> list[Any]:
+    """The prologue checks of the decisions: each slice's leaves as the proxies ``prologue`` unpacks them into,
+    found by the call's tensor (``values``: the call's value of each unpacked proxy, by name)."""
+    unpacked = {b.output.name: b.output for b in prologue.bound_symbols if isinstance(b.output, Proxy)}
+    by_id = {id(v): unpacked[name] for name, v in values.items() if isinstance(v, torch.Tensor) and name in unpacked}
     checks = []
     for d in decided:
-        names = [by_id.get(id(t)) for t in d.tensors]
-        if any(n is None or n not in proxy_of for n in names):
+        leaves = [by_id.get(id(t)) for t in d.tensors]
+        if any(p is None for p in leaves):
             raise DataDependentBranchError(
-                f"thunder_ext.jit cannot guard {d.slice.expression}: a tensor it depends on is not an argument of "
-                "the computation. Compute the condition outside the jitted function, or use torch.where.")
-        checks.append(SAME_DECISION.bind(d.key, d.value, *(proxy_of[n] for n in names), output=None))
+                f"thunder_ext.jit cannot guard {d.slice.expression}: a tensor it depends on is not one the prologue "
+                "fetches from the call. Compute the condition outside the jitted function, or use torch.where.")
+        checks.append(SAME_DECISION.bind(d.key, d.value, *leaves, output=None))
     return checks
