@@ -16,7 +16,8 @@ step  Thunder's point                             what thunder-effects does ther
                                                   :mod:`thunder_ext.recompiles`); the interpreter answers Python
                                                   state as eager (:func:`interpreter_tables`: lookasides, ``Tensor``
                                                   methods and properties; ``interpreter.wrap``), ``_copy_`` keeps
-                                                  eager's result types
+                                                  eager's result types, ``bool`` of a tensor value decided on the
+                                                  call's values (``data_dependent``)
 3     ``thunder_general_jit``: prologue, epilogue  ``unpack_inputs`` (its ``sorted``), the input names (paths through
                                                   tensor keys), ``build_value_from_wrapped`` and
                                                   ``process_recorded_modifications``: one epilogue writes back every
@@ -63,7 +64,7 @@ import torch.distributed
 from thunder.core.trace import TraceResults
 
 from .declare import opaque_torch
-from .eager import batch_norm, eager_checks, optimizers, overloads, profiler, seeding
+from .eager import batch_norm, data_dependent, eager_checks, optimizers, overloads, profiler, seeding
 from .eager.grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
 from .host import fast, state
 from .host.fast import with_bound_symbols
@@ -162,7 +163,7 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]]) -> Interpre
              | overloads.lookasides(lookaside_map) | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
              | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
-             | tensor_hooks.lookasides())
+             | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map))
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
     methods = opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods() | tensor_attributes.methods()
     return InterpreterTables(added, methods, overloads.methods(), optimizers.properties())
@@ -180,11 +181,11 @@ def acquire(original: Callable[..., Any], fn: Any, args: Any, kwargs: Any, /, *,
     recorded), then, while the pipeline is active, :data:`AFTER_ACQUISITION` on its traces. A recompilation first
     records why the cache entries did not fit (:func:`thunder_ext.recompiles.record_miss`)."""
     recompiles.record_miss(fn, args, kwargs)
-    with interpreter_state.asking_leaves() as leaves_asked:
+    with interpreter_state.asking_leaves() as leaves_asked, data_dependent.deciding() as decided:
         results = original(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
     if not state.active():
         return results
-    call = _Call(fn, args, kwargs, leaves_asked)
+    call = _Call(fn, args, kwargs, leaves_asked, decided)
     for step in AFTER_ACQUISITION:
         results = step(results, call)
     return results
@@ -194,8 +195,9 @@ class _Call:
     """What the steps after acquisition know of the call that compiles: its function and arguments, the tensor
     leafness the trace asked, and (once :func:`_place_aliases` ran) each argument's tensor and the alias groups."""
 
-    def __init__(self, fn: Any, args: Any, kwargs: Any, leaves_asked: list[Any]) -> None:
-        self.fn, self.args, self.kwargs, self.leaves_asked = fn, args, kwargs, leaves_asked
+    def __init__(self, fn: Any, args: Any, kwargs: Any, leaves_asked: list[Any],
+                 decided: list[data_dependent.Decision]) -> None:
+        self.fn, self.args, self.kwargs, self.leaves_asked, self.decided = fn, args, kwargs, leaves_asked, decided
         self.tensors: Mapping[str, Any] = {}
         self.aliases: tuple[frozenset[str], ...] = ()
 
@@ -215,8 +217,8 @@ def _refuse_untraceable(results: Any, call: _Call) -> Any:
 
 def _place_aliases(results: Any, call: _Call) -> Any:
     """The call's value of every argument (weak references resolved in a new prologue first), the alias groups by
-    storage placed for every later pass, and the prologue checks of the leafness the trace asked and of the
-    arguments' aliasing added (a new prologue)."""
+    storage placed for every later pass, and the prologue checks of the leafness the trace asked, of the
+    arguments' aliasing and of the data-dependent branches decided added (a new prologue)."""
     prologue = with_bound_symbols(results.prologue_trace, referents.resolve_in_prologue(results.prologue_trace),
                                   "Weak references resolved (thunder-effects)")
     results = TraceResults(prologue, results.computation_trace, results.epilogue_trace, results.interpreter_log)
@@ -225,6 +227,9 @@ def _place_aliases(results: Any, call: _Call) -> Any:
     call.aliases = arguments.alias_groups_of(call.tensors)
     state.place_input_aliases(call.aliases)
     checks += eager_checks.aliasing_checks(results, call.tensors)
+    if call.decided:
+        values = arguments.prologue_values(prologue, call.fn, call.args, call.kwargs)
+        checks += data_dependent.guards(call.decided, prologue, values)
     *unpacking, ret = prologue.bound_symbols
     prologue = with_bound_symbols(prologue, [*unpacking, *checks, ret], "Prologue checks (thunder-effects)")
     return TraceResults(prologue, results.computation_trace, results.epilogue_trace, results.interpreter_log)

@@ -4,8 +4,8 @@ Thunder decides a cache hit by running each cache entry's *prologue*, a generate
 (``x = args[0]``, ``module.get_parameter('lin.weight')``, ``self.scale``) and checks that raise on a mismatch
 (``check_tensor_metadata``, ``check_number_type_and_value``, ``check_len``, ``check_literal_like``,
 ``check_string_value``, ``check_none``, and thunder_ext's own: argument aliasing ``SAME_STORAGE``, dict key sets
-``CHECK_KEYS``, leafness ``SAME_LEAF``, strides ``SAME_LAYOUT``). The exception is swallowed and says nothing a user
-can act on.
+``CHECK_KEYS``, leafness ``SAME_LEAF``, strides ``SAME_LAYOUT``, data-dependent branches ``SAME_DECISION``). The
+exception is swallowed and says nothing a user can act on.
 
 :func:`first_failure` *replays* an entry's final prologue trace bound symbol by bound symbol on the call's real
 arguments: each symbol's printed line runs in a namespace built as Thunder builds the generated prologue's (the
@@ -33,6 +33,7 @@ from thunder.core.proxies import Proxy
 from thunder.core.pytree import tree_flatten, tree_unflatten
 from thunder.core.trace import tracectx
 
+from .eager.data_dependent import SAME_DECISION, decided
 from .eager.eager_checks import SAME_LAYOUT, SAME_STORAGE
 from .python_state.arguments import storage_pattern
 from .python_state.dict_state import CHECK_KEYS
@@ -66,6 +67,8 @@ class GuardKind(str, enum.Enum):
     LAYOUT = "strides"
     STATE = "global state"
     """Default dtype or device, grad mode, autocast."""
+    DATA_DEPENDENT = "data-dependent value"
+    """A Python branch on a tensor value (``if t > 0``, ``if x.item()``) goes the other way on the call's values."""
     MISSING = "missing"
     """The path could not be read any more (a dict without the key, a shorter list, a dead weak reference)."""
     UNKNOWN = "unknown"
@@ -366,6 +369,13 @@ def _layout(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
             (tuple(t.stride()), t.storage_offset()))
 
 
+def _decision(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
+    key, expected, *tensors = values
+    expression, value = decided(key, tuple(tensors))
+    return (GuardKind.DATA_DEPENDENT, f"{expression} from {', '.join(replay.path(p) for p in operands[2:])}",
+            expected, value)
+
+
 _RULES: dict[Any, Any] = {
     PrimIDs.CHECK_TENSOR_SHAPE_AND_METADATA: _tensor_metadata,
     PrimIDs.CHECK_NUMBER_TYPE_AND_VALUE: _number,
@@ -377,5 +387,6 @@ _RULES: dict[Any, Any] = {
     SAME_STORAGE.id: _storage,
     SAME_LEAF.id: _leaf,
     SAME_LAYOUT.id: _layout,
+    SAME_DECISION.id: _decision,
 }
 """A prologue check (symbol id) -> what it compared: (kind, path, the entry's value, the call's)."""

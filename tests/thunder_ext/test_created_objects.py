@@ -340,3 +340,22 @@ def test_labels_loss_built_in_forward_matches_eager(name):
         for a, b in zip(model.parameters(), eager.parameters(), strict=True):
             torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4)
     assert thunder.cache_misses(jitted) == 1
+
+
+def test_a_defaultdict_made_in_the_call_keeps_its_default_factory():
+    """``GradScaler.update`` replaces its per-optimizer states with a new ``defaultdict``: the rebuilt one must
+    still create missing entries."""
+    from collections import defaultdict
+
+    class Holder:
+        states: defaultdict
+
+    def reset(holder, x):
+        holder.states = defaultdict(list)
+        holder.states["seen"].append(1)
+        return x + 1
+
+    holder = Holder()
+    thunder_ext.jit(reset, executors=["torch"])(holder, torch.ones(2))
+    assert type(holder.states) is defaultdict and holder.states.default_factory is list
+    assert holder.states["new"] == [] and holder.states["seen"] == [1]

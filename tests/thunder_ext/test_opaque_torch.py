@@ -202,3 +202,20 @@ def test_install_makes_plain_thunder_jit_run_them():
         thunder_ext.uninstall()
     torch.testing.assert_close(xs[0], torch.ones(2))
     torch.testing.assert_close(out, torch.ones(2))
+
+
+def test_amp_unscale_runs_as_eager():
+    """``torch._amp_*`` (``GradScaler``'s unscale and scale update) are schema-derived opaque calls: the gradients
+    and ``found_inf`` are written as eager writes them."""
+    def unscale(grads, found_inf, inv_scale):
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)
+        return found_inf + 0
+
+    def args():
+        return [torch.tensor([2.0, float("inf")]), torch.ones(3)], torch.zeros(()), torch.tensor(0.5)
+
+    eager, jitted = args(), args()
+    expected, got = unscale(*eager), thunder_ext.jit(unscale, executors=["torch"])(*jitted)
+    torch.testing.assert_close(got, expected)
+    for e, j in zip(eager[0], jitted[0], strict=True):
+        torch.testing.assert_close(j, e)

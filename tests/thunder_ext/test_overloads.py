@@ -48,3 +48,11 @@ def test_stock_thunder_refuses_and_other_dtypes_still_reach_thunder():
         thunder.jit(grow)(torch.tensor([]), x)
     with pytest.raises(IndexError, match="Expected dimension"):
         thunder_ext.jit(grow, executors=["torch"])(torch.tensor([], dtype=torch.float64), x)
+
+
+def test_to_with_non_blocking_copies_as_eager():
+    def f(x):
+        return x.to(device="cpu", non_blocking=True, copy=True) + 1  # GradScaler's per-device copy
+
+    x = torch.arange(3.0)
+    torch.testing.assert_close(thunder_ext.jit(f, executors=["torch"])(x), f(x))

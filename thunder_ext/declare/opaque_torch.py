@@ -264,9 +264,10 @@ def methods() -> dict[str, Callable[..., Any]]:
 
 
 def _unmapped_foreach() -> Iterator[tuple[Callable[..., Any], Any]]:
+    """The ``_foreach_*``, ``_fused_*`` (optimizers) and ``_amp_*`` (``GradScaler``) torch functions Thunder lacks."""
     for name in sorted(dir(torch)):
         fn = getattr(torch, name)
-        if name.startswith(("_foreach_", "_fused_")) and fn not in TORCH_FUNCTION_MAP.get():
+        if name.startswith(("_foreach_", "_fused_", "_amp_")) and fn not in TORCH_FUNCTION_MAP.get():
             packet = getattr(torch.ops.aten, name, None)
             if packet is not None:
                 yield fn, packet

@@ -22,6 +22,9 @@ parameter of the ATen overload eager picks (``x.index_add_(0, i, s, alpha=2)``).
   Thunder's ``cat`` checks every operand's rank and raises ``IndexError``. A call that mixes such tensors with
   others of the same dtype runs Thunder's symbol on the others (:func:`_skipping_legacy_empty`).
 
+* ``Tensor.to(..., non_blocking=True)`` (``GradScaler``'s per-device copies): Thunder's ``to`` has no
+  ``non_blocking``, a scheduling hint that changes no value; the method-table entry drops it (:func:`_to`).
+
 Entries replace Thunder's (interpreter lookasides of the torch functions, method-table entries of the in-place
 methods) while the patches are held (:mod:`thunder_ext.host.patches`); calls Thunder accepts take Thunder's path
 unchanged. Cost: one signature bind per such call, at trace time.
@@ -248,10 +251,18 @@ def _inplace_methods() -> dict[str, Callable[..., Any]]:
     return found
 
 
-_METHODS = _inplace_methods()
+def _to(self: Any, *args: Any, non_blocking: bool = False, **kwargs: Any) -> Any:
+    """``Tensor.to`` with eager's ``non_blocking`` (a scheduling hint, the same values; ``GradScaler``'s per-device
+    copies pass it), which Thunder's ``to`` lacks."""
+    return _THUNDER_TO(self, *args, **kwargs)
+
+
+_THUNDER_TO = METHOD_TABLE.get()["to"]
+_METHODS = _inplace_methods() | {"to": _to}
 
 
 def methods() -> dict[str, tuple[Symbol, Callable[..., Any]]]:
-    """``Tensor`` method name -> (Thunder's symbol, the checking method that replaces it in the method table)."""
+    """``Tensor`` method name -> (Thunder's symbol, the method that replaces it in the method table: the in-place
+    methods' binding checks, ``to`` with ``non_blocking``)."""
     table = METHOD_TABLE.get()
     return {name: (table[name], method) for name, method in _METHODS.items()}

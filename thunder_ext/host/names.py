@@ -214,9 +214,10 @@ ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs
 CONSTRAINTS = Private("thunder.core.jit_ext.JitCtx", "_constraints", Kind.FIELD, ("python_state/tensor_attributes",),
                       "the prologue checks of the tracing in progress: the proxies of the call's tensors, by path")
 PROXIED_VALUES = Private("thunder.core.interpreter.InterpreterRuntimeCtx", "_proxied_values", Kind.FIELD,
-                         ("python_state/tensor_attributes",),
+                         ("python_state/tensor_attributes", "eager/data_dependent"),
                          "the interpreter's wrappers of proxied values: a tensor a generator yields gets its own back")
-SIGINFO = Private("thunder.core.trace.TraceCtx", "_siginfo", Kind.FIELD, ("passes/autograd_boundary",),
+SIGINFO = Private("thunder.core.trace.TraceCtx", "_siginfo", Kind.FIELD,
+                  ("passes/autograd_boundary", "eager/data_dependent"),
                   "a trace's signature; autograd write-backs add epilogue parameters")
 UPDATE_FUSION_CALL_CTX = Private("thunder.executors.passes", "_update_fusion_call_ctx", Kind.MODULE, ("compilation",
                                  "host/patches"),

@@ -31,7 +31,7 @@ from thunder.core.trace import TraceCtx
 
 from .referents import DEREFERENCE, dereference
 
-__all__ = ["argument_values", "argument_tensors", "alias_groups_of", "storage_pattern"]
+__all__ = ["prologue_values", "argument_values", "argument_tensors", "alias_groups_of", "storage_pattern"]
 
 _UNPACKS: Mapping[Any, Callable[..., Any]] = {
     PrimIDs.UNPACK_GETITEM: operator.getitem,
@@ -50,10 +50,9 @@ _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 """Tensors whose storage is read directly (a subclass that wraps others has no storage of its own to compare)."""
 
 
-def argument_values(prologue: TraceCtx, computation: TraceCtx, fn: Any, args: Sequence[Any],
-                    kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """The call's value of each computation argument (by name) that the prologue unpacks from the call's ``args``,
-    ``kwargs`` or the function object ``fn`` (see the module docstring)."""
+def prologue_values(prologue: TraceCtx, fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The call's value of every proxy the prologue unpacks (by name) from the call's ``args``, ``kwargs`` or the
+    function object ``fn`` (see the module docstring)."""
     env: dict[str, Any] = {}
     for bsym in prologue.bound_symbols:
         out = bsym.output
@@ -68,6 +67,13 @@ def argument_values(prologue: TraceCtx, computation: TraceCtx, fn: Any, args: Se
             operands = [env.get(a.name, _UNKNOWN) if isinstance(a, Proxy) else a for a in bsym.args]
             if all(o is not _UNKNOWN for o in operands):
                 env[out.name] = _UNPACKS[sid](*operands)
+    return env
+
+
+def argument_values(prologue: TraceCtx, computation: TraceCtx, fn: Any, args: Sequence[Any],
+                    kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The call's value of each computation argument (by name) that the prologue unpacks (:func:`prologue_values`)."""
+    env = prologue_values(prologue, fn, args, kwargs)
     pro_to_comp = prologue.bound_symbols[-1].args[0][0]
     return {comp.name: env[pro.name] for comp, pro in zip(computation.args, pro_to_comp, strict=False)
             if isinstance(comp, Proxy) and isinstance(pro, Proxy) and pro.name in env}

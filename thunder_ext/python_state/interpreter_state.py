@@ -297,7 +297,10 @@ def leaf_checks(results: Any, tensors: Mapping[str, torch.Tensor],
 
 def torch_device(*args: Any, **kwargs: Any) -> torch.device:
     """``torch.device(...)`` inside the trace: torch's device (Thunder's ``torch_device`` checks the arguments), so it
-    compares with ``t.device`` (:data:`METADATA`) as in eager."""
+    compares with ``t.device`` (:data:`METADATA`) as in eager. Plain arguments make torch's device directly:
+    Thunder knows no device type it cannot run on (``GradScaler.unscale_`` compares with ``"mps:0"``)."""
+    if all(isinstance(a, (str, int, torch.device)) for a in (*args, *kwargs.values())):
+        return torch.device(*args, **kwargs)
     return to_torch_device(ltorch.torch_device(*args, **kwargs))
 
 

@@ -26,6 +26,8 @@ Cost: at run time, one operator call per created object and field.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import enum
 from collections.abc import Callable
 from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
@@ -61,7 +63,10 @@ def _new_object(cls: Any) -> Any:
 
 
 def _set_field(obj: Any, name: str, value: Any) -> None:
-    vars(obj)[name] = value
+    if hasattr(obj, "__dict__"):
+        vars(obj)[name] = value
+    else:  # a slot of a C type (a defaultdict's default_factory)
+        object.__setattr__(obj, name, value)
 
 
 def _none_meta(*args: Any) -> None:
@@ -80,7 +85,8 @@ NEW_OBJECT = executor.register_operator("thunder_effects_new_object", meta=_obje
 
 SET_FIELD = executor.register_operator("thunder_effects_set_field", meta=_none_meta, fn=_set_field,
                                        effects=_OBJECT_STATE)
-"""``vars(obj)[name] = value``: a field of a rebuilt object, as the call left it (no ``__setattr__`` runs)."""
+"""``vars(obj)[name] = value``: a field of a rebuilt object, as the call left it (no ``__setattr__`` runs; a C
+type's slot, a ``defaultdict``'s ``default_factory``, through ``object.__setattr__``)."""
 
 
 # --- trace time: created objects ----------------------------------------------------------------------------
@@ -172,6 +178,8 @@ def _rebuild(wrapped: WrappedValue | None, raw: Any, path: str) -> Proxy:
         items = list_items(wrapped, raw)
         SET_CONTENTS(obj, [epilogue_value(item, f"{path}[{i}]") for i, item in enumerate(items)])
     elif isinstance(raw, dict):
+        if isinstance(raw, defaultdict):
+            SET_FIELD(obj, "default_factory", epilogue_value(raw.default_factory, f"{path}.default_factory"))
         for key, item in _dict_items(wrapped, raw):
             SET_ITEM(obj, epilogue_value(key, f"{path} key"), epilogue_value(item, f"{path}[{key!r}]"))
     if hasattr(raw, "__dict__") and not isinstance(raw, type):
