@@ -27,8 +27,9 @@ module's parameter read as an attribute before, as ``nn.LSTM``'s ``_weights_have
 eager (Thunder proxies a tensor once per path, so ``ref() is weight`` was ``False`` and the module re-flattened its
 weights, calling ``weakref.ref`` on a proxy: "KeyError: None"). The answer holds for the run it was traced on only
 if the reference still points to that object, and ``False`` only if it points to none of the tensors held: the
-prologue checks it (:data:`SAME_REFERENT`; a call where it differs misses the cache and is traced again). A tensor first reached through the reference and later by another path
-gets its own proxy (Thunder's order). A weak reference *made* inside the function to a tensor of the trace has no
+prologue checks it (:data:`SAME_REFERENT`; a call where it differs misses the cache and is traced again). A
+tensor first reached through the reference and later by another path gets its own proxy (Thunder's order: the
+two compare unequal by identity there). A weak reference *made* inside the function to a tensor of the trace has no
 run-time object to point to: :class:`WeakReferenceToTensorError` names the fix (Thunder failed with "KeyError:
 None" making an opaque operator of ``weakref.ref.__new__``).
 
