@@ -27,7 +27,8 @@ unaffected until :func:`thunder_ext.install`).
   Thunder builds from the pair puts a gradient only on an argument that *is* a tensor, so tensors inside a list or
   tuple argument — an LSTM's ``(h0, c0)`` and its weight list — got none (``nn.LSTM``'s parameters and initial
   state had ``.grad is None`` after ``backward()``). Their rule is that same pair joined with the gradients put
-  leaf by leaf (:func:`flat_joint`): Thunder's rule, with the pairing fixed, not a second rule.
+  leaf by leaf (:func:`thunder_ext.declare.opaque_grad.flat_joint`): Thunder's rule, with the pairing fixed, not
+  a second rule.
 """
 
 from __future__ import annotations
@@ -38,14 +39,14 @@ from typing import Any
 
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy
-from thunder.core.pytree import tree_flatten, tree_iter
-import thunder.core.transforms as thunder_transforms
+from thunder.core.pytree import tree_flatten
 
 import thunder.torch as ltorch
 
+from ..declare.opaque_grad import flat_joint
 from ..host.names import GRAD_TABLE, TORCH_FUNCTION_MAP
 
-__all__ = ["GRAD_FIXES", "BACKWARD_FIXES", "fixed_index_put_backward", "put_grads", "flat_joint"]
+__all__ = ["GRAD_FIXES", "BACKWARD_FIXES", "fixed_index_put_backward", "put_grads"]
 
 
 def fixed_index_put_backward(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -71,20 +72,6 @@ def _torch_executor_rules() -> dict[Any, Callable[..., Any]]:
     return {sym_id: impl.grad_transform for sym_id, impl in ex.implmap.items()
             if getattr(impl, "grad_transform", None) is not None and sym_id not in rules
             and sym_id not in augmented_forward_impls}
-
-
-def flat_joint(augmented_forward: Callable[..., Any], backward: Callable[..., Any]) -> Callable[..., Any]:
-    """A grad transform from an augmented forward (``args -> (outputs, saved)``) and a backward (``(*saved,
-    *output_grads) -> gradients shaped as args``): the gradient of every tensor among the arguments, nested in lists
-    and tuples included, put on it (``put_grads`` pairs the leaves)."""
-
-    def rule(*args: Any, **kwargs: Any) -> Any:
-        outputs, saved = augmented_forward(*args, **kwargs)
-        grads = backward(*saved, *(prims.get_grad(o) for o in tree_iter(outputs) if isinstance(o, TensorProxy)))
-        thunder_transforms.put_grads(args, grads)
-        return outputs
-
-    return rule
 
 
 def _auto_registered_rules() -> dict[Any, Callable[..., Any]]:
