@@ -63,7 +63,7 @@ import torch
 import torch.distributed
 from thunder.core.trace import TraceResults
 
-from .declare import opaque_torch
+from .declare import opaque_grad, opaque_torch
 from .eager import batch_norm, data_dependent, eager_checks, optimizers, overloads, profiler, seeding
 from .eager.grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
 from .host import fast, state
@@ -170,9 +170,9 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]]) -> Interpre
 
 
 def gradient_tables() -> tuple[Mapping[Any, Any], Mapping[Any, Callable[[Any], Any]]]:
-    """Step 6: gradient rules Thunder finds only on the torch executor (new grad-table entries by symbol id), and
-    fixes of its backward rules (symbol id -> fix of Thunder's rule)."""
-    return GRAD_FIXES, BACKWARD_FIXES
+    """Step 6: gradient rules Thunder lacks or joins wrongly, and those of the functional opaque torch calls (new
+    grad-table entries by symbol id), and fixes of its backward rules (symbol id -> fix of Thunder's rule)."""
+    return {**GRAD_FIXES, **opaque_grad.RULES}, BACKWARD_FIXES
 
 
 def acquire(original: Callable[..., Any], fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any,

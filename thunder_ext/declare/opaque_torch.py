@@ -21,9 +21,11 @@ extension points:
   likewise ``F.dropout(inplace=True)``, ``torch.sigmoid_(x)`` and ``a |= b`` (:mod:`thunder_ext.declare.inplace_methods`
   derives them; the lookasides and method entries here install them).
 
-In a differentiated compilation an operator autograd would have to differentiate (a floating-point operand, outside
-``no_grad``) is refused with :class:`OpaqueUnderAutogradError` (:func:`refuse_under_autograd`): no gradient rule is
-derived for opaque calls yet, and Thunder would stop with "Failed to find a gradient transform".
+In a differentiated compilation, an operator whose overload is functional (writes nothing, draws no random numbers)
+is differentiated by torch itself, recomputing it in the backward (:mod:`thunder_ext.declare.opaque_grad`); one
+autograd would have to differentiate otherwise (a floating-point operand, outside ``no_grad``: an in-place
+``Tensor`` method, ``_foreach_add_``, ``uniform_``) is refused with :class:`OpaqueUnderAutogradError`
+(:func:`refuse_under_autograd`): Thunder would stop with "Failed to find a gradient transform".
 
 Lookaside and method entries are new entries in Thunder's tables, so they are added and removed by
 :mod:`thunder_ext.host.patches` (held while a ``thunder_ext.jit`` function runs or between ``install``/``uninstall``).
@@ -63,7 +65,7 @@ from .plugin import OperatorExecutor
 
 __all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "supported", "operator_for", "opaque_method",
            "native_lookaside", "register_opaque", "executors_with", "lookasides", "methods", "grad_requiring",
-           "OpaqueUnderAutogradError", "refuse_under_autograd"]
+           "OpaqueUnderAutogradError", "refuse_under_autograd", "operators"]
 
 EXECUTOR_NAME = "thunder_effects_opaque_torch"
 
@@ -133,6 +135,7 @@ def _meta(overload: Any, signature: inspect.Signature) -> Callable[..., Any]:
 
 
 _operators: dict[str, Symbol] = {}
+_overloads: dict[str, Any] = {}
 
 
 def operator_for(overload: Any, *, grad_enabled: bool = True) -> Symbol:
@@ -155,7 +158,13 @@ def operator_for(overload: Any, *, grad_enabled: bool = True) -> Symbol:
                                          effects=found[0], tags=tags)
         executor.register_implementation(sym, sym)
         _operators[name] = sym
+        _overloads[name] = overload
     return sym
+
+
+def operators() -> list[tuple[Symbol, Any]]:
+    """Every grad-enabled operator registered so far, with its ATen overload."""
+    return [(sym, _overloads[name]) for name, sym in _operators.items() if not name.endswith("_no_grad")]
 
 
 def _bind(overload: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -322,8 +331,9 @@ def refuse_under_autograd(computation: Any, differentiated: bool) -> None:
     (``differentiated``) and calls an operator of this module that Thunder would have to differentiate: one with
     a floating-point tensor operand, outside ``no_grad``, without a gradient rule — Thunder's own test: not
     ``is_constant_for_vjp`` and not tagged constant (the no-grad operators of :func:`operator_for`, whose calls
-    have no outputs to mark as detached). Thunder would stop with "Failed to find a gradient transform"; the opaque
-    fallback has no derivative to offer yet."""
+    have no outputs to mark as detached). Thunder would stop with "Failed to find a gradient transform". Functional
+    operators have a rule (:mod:`thunder_ext.declare.opaque_grad`); the rest write their operands or draw random
+    numbers, which torch cannot recompute in a backward."""
     if not differentiated:
         return
     from thunder.core.transforms import augmented_forward_impls, is_constant_for_vjp
@@ -336,7 +346,8 @@ def refuse_under_autograd(computation: Any, differentiated: bool) -> None:
         if OpTags.TORCH_COMPILE_COMPLIANT_CUSTOM_OP not in (sym.tags or ()) and not is_constant_for_vjp(bsym):
             raise OpaqueUnderAutogradError(
                 f"{sym.name} (an ATen op Thunder has no symbol for, run as an opaque torch call) inside a jitted "
-                "function that is differentiated (an argument requires grad): it has no gradient rule yet. Call it "
+                "function that is differentiated (an argument requires grad): it writes its operands or draws random "
+                "numbers, so it has no gradient rule (only functional opaque calls are differentiated). Call it "
                 "under torch.no_grad() if it needs no gradient, outside the jitted function, or with a Thunder op "
                 "(e.g. index_add_ without alpha, source * alpha instead)."
             )

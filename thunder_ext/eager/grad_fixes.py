@@ -21,6 +21,14 @@ unaffected until :func:`thunder_ext.install`).
   ``torch`` (``executors=["torchcompile"]``, ``["torchcompile", "torch"]``) it found none ("Failed to find a
   gradient transform for ltorch.adaptive_avg_pool2d": a ResNet training step). Every such executor-only rule
   becomes the rule of the symbol (:func:`_torch_executor_rules`).
+* Torch ops Thunder registers automatically (``torch.lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``, their cells and
+  every other ``AUTO_REGISTERED`` symbol) differentiate by Thunder's augmented forward and a backward that
+  recomputes the op under torch autograd; the backward returns the gradients shaped as the arguments, but the joint
+  Thunder builds from the pair puts a gradient only on an argument that *is* a tensor, so tensors inside a list or
+  tuple argument — an LSTM's ``(h0, c0)`` and its weight list — got none (``nn.LSTM``'s parameters and initial
+  state had ``.grad is None`` after ``backward()``). Their rule is that same pair joined with the gradients put
+  leaf by leaf (:func:`thunder_ext.declare.opaque_grad.flat_joint`): Thunder's rule, with the pairing fixed, not
+  a second rule.
 """
 
 from __future__ import annotations
@@ -29,12 +37,14 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from thunder.core import prims
 from thunder.core.proxies import TensorProxy
 from thunder.core.pytree import tree_flatten
 
 import thunder.torch as ltorch
 
-from ..host.names import GRAD_TABLE
+from ..declare.opaque_grad import flat_joint
+from ..host.names import GRAD_TABLE, TORCH_FUNCTION_MAP
 
 __all__ = ["GRAD_FIXES", "BACKWARD_FIXES", "fixed_index_put_backward", "put_grads"]
 
@@ -64,7 +74,17 @@ def _torch_executor_rules() -> dict[Any, Callable[..., Any]]:
             and sym_id not in augmented_forward_impls}
 
 
-GRAD_FIXES: dict[Any, Callable[..., Any]] = _torch_executor_rules()
+def _auto_registered_rules() -> dict[Any, Callable[..., Any]]:
+    """The rules of Thunder's automatically registered torch ops: their own pair, joined by :func:`flat_joint`."""
+    from thunder.core.transforms import augmented_forward_impls, backward_impls
+
+    symbols = {sym.id: sym for sym in TORCH_FUNCTION_MAP.get().values()
+               if prims.OpTags.AUTO_REGISTERED in (getattr(sym, "tags", None) or ())}
+    return {sym_id: flat_joint(augmented_forward_impls[sym_id], backward_impls[sym_id])
+            for sym_id in symbols if sym_id in augmented_forward_impls and sym_id in backward_impls}
+
+
+GRAD_FIXES: dict[Any, Callable[..., Any]] = _torch_executor_rules() | _auto_registered_rules()
 """Symbol id -> the gradient rule a symbol lacks (a Thunder grad transform: forward, ``get_grad``, ``put_grad``)."""
 
 BACKWARD_FIXES: dict[Any, Callable[[Callable[..., Any]], Callable[..., Any]]] = {

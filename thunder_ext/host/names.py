@@ -177,7 +177,7 @@ class Stash:
 # --- private names read ---------------------------------------------------------------------------------------
 TORCH_FUNCTION_MAP = Private("thunder.torch", "_torch_to_thunder_function_map", Kind.MODULE,
                              ("declare/declarations", "declare/inplace_methods", "declare/opaque_torch",
-                              "eager/eager_checks", "eager/overloads"),
+                              "eager/eager_checks", "eager/grad_fixes", "eager/overloads"),
                              "torch function -> its Thunder symbol (or a dispatch wrapper closing over symbols)")
 VIEW_SYMBOLS = Private("thunder.torch", "_syms_returning_views", Kind.MODULE, ("declare/declarations",),
                        "ltorch symbols whose output is a view of their first operand")
@@ -214,8 +214,9 @@ ADDITIONAL_OUTPUTS = Private("thunder.core.jit_ext.JitCtx", "_additional_outputs
 CONSTRAINTS = Private("thunder.core.jit_ext.JitCtx", "_constraints", Kind.FIELD, ("python_state/tensor_attributes",),
                       "the prologue checks of the tracing in progress: the proxies of the call's tensors, by path")
 PROXIED_VALUES = Private("thunder.core.interpreter.InterpreterRuntimeCtx", "_proxied_values", Kind.FIELD,
-                         ("python_state/tensor_attributes", "eager/data_dependent"),
-                         "the interpreter's wrappers of proxied values: a tensor a generator yields gets its own back")
+                         ("python_state/tensor_attributes", "eager/data_dependent", "python_state/referents"),
+                         "the interpreter's wrappers of proxied values: a tensor a generator yields gets its own back, "
+                         "a weak reference's referent the proxy the trace holds")
 SIGINFO = Private("thunder.core.trace.TraceCtx", "_siginfo", Kind.FIELD,
                   ("passes/autograd_boundary", "eager/data_dependent"),
                   "a trace's signature; autograd write-backs add epilogue parameters")

@@ -21,6 +21,18 @@ parameters in ``param_groups`` are the keys of ``state``). Thunder's prologue bu
 and raises :class:`ReferentDiedError` when its object is gone. Cost at trace time: one lookaside per call of a
 reference and one pass over the prologue's bound symbols; at run time one call of the reference per path.
 
+A tensor is one object however it is reached: the referent of a reference to a tensor the trace already holds (a
+module's parameter read as an attribute before, as ``nn.LSTM``'s ``_weights_have_changed`` does:
+``ref() is not self.weight_ih_l0``) is that tensor's proxy, the interpreter's wrapper of it, so identity answers as
+eager (Thunder proxies a tensor once per path, so ``ref() is weight`` was ``False`` and the module re-flattened its
+weights, calling ``weakref.ref`` on a proxy: "KeyError: None"). The answer holds for the run it was traced on only
+if the reference still points to that object, and ``False`` only if it points to none of the tensors held: the
+prologue checks it (:data:`SAME_REFERENT`; a call where it differs misses the cache and is traced again). A
+tensor first reached through the reference and later by another path gets its own proxy (Thunder's order: the
+two compare unequal by identity there). A weak reference *made* inside the function to a tensor of the trace has no
+run-time object to point to: :class:`WeakReferenceToTensorError` names the fix (Thunder failed with "KeyError:
+None" making an opaque operator of ``weakref.ref.__new__``).
+
 A reference already dead when the function is traced dereferences to ``None`` as in eager, as Thunder's own
 opaque call does (nothing of it reaches the prologue).
 """
@@ -31,13 +43,22 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from thunder.core.interpreter import ProvenanceRecord, PseudoInst, WrappedValue, do_raise, wrap, wrap_const
+import torch
+
+from thunder.core.interpreter import (ProvenanceRecord, PseudoInst, WrappedValue, do_raise, get_interpreterruntimectx,
+                                      wrap, wrap_const)
+from thunder.core.jit_ext import get_jit_ctx
 from thunder.core.prims import PrimIDs
+from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 from thunder.executors.pythonex import ex as pythonex
 
-__all__ = ["REFERENT", "DEREFERENCE", "dereference", "ReferentDiedError", "lookasides", "resolve_in_prologue"]
+from ..host.names import PROXIED_VALUES
+
+__all__ = ["REFERENT", "DEREFERENCE", "SAME_REFERENT", "dereference", "ReferentDiedError", "ReferentChanged",
+           "WeakReferenceToTensorError",
+           "lookasides", "resolve_in_prologue"]
 
 REFERENT = "thunder_effects_referent"
 """The constant key of the provenance ``ref[REFERENT]`` a dereferenced object gets (an identifier: it becomes
@@ -46,6 +67,14 @@ part of the names of the proxies read through it)."""
 
 class ReferentDiedError(RuntimeError):
     """The object a weak reference pointed to when the function was traced is gone at run time."""
+
+
+class WeakReferenceToTensorError(NotImplementedError):
+    """``weakref.ref(t)`` inside a jitted function, ``t`` a tensor of the trace."""
+
+
+class ReferentChanged(RuntimeError):
+    """A prologue check: a weak reference no longer points to the tensor it pointed to when traced."""
 
 
 def dereference(ref: Any) -> Any:
@@ -66,6 +95,35 @@ DEREFERENCE = pythonex.register_operator("thunder_effects_dereference", meta=_de
 """Prologue: the object a weak reference points to at run time (:class:`ReferentDiedError` when it is gone)."""
 
 
+def _check_identity(referent: Any, same: bool, *tensors: Any) -> None:
+    if (referent is tensors[0]) if same else not any(referent is t for t in tensors):
+        return
+    raise ReferentChanged("a weak reference points to another tensor than when the function was traced")
+
+
+def _none_meta(referent: Any, same: bool, *tensors: Any) -> None:
+    return None
+
+
+SAME_REFERENT = pythonex.register_operator("thunder_effects_check_referent", meta=_none_meta, fn=_check_identity)
+"""Prologue check: the run's referent of a reference is the tensor the trace identified it with (``same``), or none
+of the tensors the trace held when it was dereferenced (``not same``)."""
+
+
+def _held_wrapper(found: Any, record: ProvenanceRecord) -> WrappedValue | None:
+    """The interpreter's wrapper of the tensor ``found`` when the trace already holds a proxy of it, ``None``
+    otherwise; the identity checked at run time (:data:`SAME_REFERENT`)."""
+    if not isinstance(found, torch.Tensor):
+        return None
+    wrappers = [w for w in PROXIED_VALUES.get(get_interpreterruntimectx()) if isinstance(w.value, TensorProxy)]
+    held = next((w for w in wrappers if w.original_value is found), None)
+    if held is not None:
+        get_jit_ctx().add_constraint((SAME_REFERENT, Proxy(history=record), True, held.value))
+    elif wrappers:
+        get_jit_ctx().add_constraint((SAME_REFERENT, Proxy(history=record), False, *(w.value for w in wrappers)))
+    return held
+
+
 def _call_reference(ref: WrappedValue, *args: Any, **kwargs: Any) -> Any:
     """``ref()`` in the interpreter: the referent, fetched again by the prologue through ``ref[REFERENT]``."""
     try:
@@ -75,12 +133,28 @@ def _call_reference(ref: WrappedValue, *args: Any, **kwargs: Any) -> Any:
     if found is None:
         return wrap_const(None)
     key = wrap_const(REFERENT).provenance
-    return wrap(found, provenance=ProvenanceRecord(PseudoInst.BINARY_SUBSCR, inputs=[ref.provenance, key]))
+    record = ProvenanceRecord(PseudoInst.BINARY_SUBSCR, inputs=[ref.provenance, key])
+    return _held_wrapper(found, record) or wrap(found, provenance=record)
+
+
+def _new_reference(cls: WrappedValue, obj: WrappedValue, *args: Any, **kwargs: Any) -> Any:
+    """``weakref.ref(obj)`` in the interpreter: made as eager makes it, unless ``obj`` is a tensor of the trace."""
+    if isinstance(obj.value, Proxy):
+        return do_raise(WeakReferenceToTensorError(
+            f"thunder_ext.jit: weakref.ref({obj.value.name}) makes a weak reference to a tensor inside the jitted "
+            "function, which has no tensor to point to at run time. Make the reference outside the jitted "
+            "function."))
+    try:
+        made = weakref.ref.__new__(cls.value, obj.value, *(a.value for a in args),
+                                   **{k: v.value for k, v in kwargs.items()})
+    except Exception as e:
+        return do_raise(e)
+    return wrap_const(made)
 
 
 def lookasides() -> dict[Any, Callable[..., Any]]:
     """Interpreter lookasides (:mod:`thunder_ext.host.patches`)."""
-    return {weakref.ref.__call__: _call_reference}
+    return {weakref.ref.__call__: _call_reference, weakref.ref.__new__: _new_reference}
 
 
 def resolve_in_prologue(prologue: TraceCtx) -> list[BoundSymbol]:
