@@ -16,7 +16,8 @@ step  Thunder's point                             what thunder-effects does ther
                                                   :mod:`thunder_ext.recompiles`); the interpreter answers Python
                                                   state as eager (:func:`interpreter_tables`: lookasides, ``Tensor``
                                                   methods and properties; ``interpreter.wrap``), ``_copy_`` keeps
-                                                  eager's result types
+                                                  eager's result types, a run-time number is never converted
+                                                  to a Python value (:mod:`~thunder_ext.eager.unknown_numbers`)
 3     ``thunder_general_jit``: prologue, epilogue  ``unpack_inputs`` (its ``sorted``), the input names (paths through
                                                   tensor keys), ``build_value_from_wrapped`` and
                                                   ``process_recorded_modifications``: one epilogue writes back every
@@ -63,7 +64,7 @@ import torch.distributed
 from thunder.core.trace import TraceResults
 
 from .declare import opaque_torch
-from .eager import batch_norm, eager_checks, optimizers, overloads, profiler, seeding
+from .eager import batch_norm, eager_checks, optimizers, overloads, profiler, seeding, unknown_numbers
 from .eager.grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
 from .host import fast, state
 from .host.fast import with_bound_symbols
@@ -107,6 +108,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
     "unpack_inputs": (jit_ext.unpack_inputs, _unpack_inputs),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
+    **unknown_numbers.STAND_INS,
     "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),
     # 5-6: input aliases, DCE, gradients
