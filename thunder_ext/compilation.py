@@ -164,7 +164,7 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]]) -> Interpre
              | overloads.lookasides(lookaside_map) | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
              | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
-             | tensor_hooks.lookasides())
+             | tensor_hooks.lookasides() | unknown_numbers.lookasides())
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
     methods = opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods() | tensor_attributes.methods()
     return InterpreterTables(added, methods, overloads.methods(), optimizers.properties())

@@ -209,8 +209,9 @@ def _scalar_tensors_stacked(packet: Any, args: Sequence[Any], kwargs: dict[str, 
     positions, names = {i for i, _ in lists}, {name for _, name in lists}
     new_args = [stacked(a) if i in positions else a for i, a in enumerate(args)]
     new_kwargs = {k: stacked(v) if k in names else v for k, v in kwargs.items()}
-    changed = any(a is not b for a, b in zip(new_args, args)) or any(new_kwargs[k] is not kwargs[k] for k in kwargs)
-    return (new_args, new_kwargs) if changed else None
+    changed = [a is not b for a, b in zip(new_args, args, strict=True)]
+    changed += [new_kwargs[k] is not kwargs[k] for k in kwargs]
+    return (new_args, new_kwargs) if any(changed) else None
 
 
 def _resolved(packet: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, Sequence[Any], dict[str, Any]]:
@@ -246,8 +247,8 @@ def _dispatcher(name: str, packet: Any) -> Callable[..., Any]:
                 f"{EXECUTOR_NAME!r} is in `executors` (thunder_ext.jit adds it; with thunder.jit pass "
                 "executors=[..., thunder_ext.declare.opaque_torch.executor])."
             )
-        overload, args, kwargs = _resolved(packet, args, kwargs)
-        positional, keywords = _bind(overload, args, kwargs)
+        overload, call_args, call_kwargs = _resolved(packet, args, kwargs)
+        positional, keywords = _bind(overload, call_args, call_kwargs)
         return operator_for(overload, grad_enabled=cd is None or bool(cd.is_grad_enabled))(*positional, **keywords)
 
     dispatch.__name__ = dispatch.__qualname__ = f"dispatch_{name}"

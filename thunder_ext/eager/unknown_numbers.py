@@ -9,24 +9,39 @@ converted to ``bool`` by the builtin) is ``eps`` — baked into the program, sil
 step). ``__float__``/``__int__`` fail with a ``TypeError`` about ``None`` that names nothing.
 
 While the pipeline is active (these are stand-ins of :mod:`thunder_ext.compilation`, held by
-:func:`thunder_ext.host.patches.guarded`), converting such
-a proxy with ``bool()``, ``float()``, ``int()`` or ``operator.index()`` — or the ``bool`` a comparison of one
-made (Thunder's ``convert_element_type`` meta turns the unknown value into ``bool(None)``) — raises :class:`UnknownNumberError` naming
-the proxy and the fix; numbers whose value is known (shapes, Python arguments) convert as before. A mechanism
-that decides a Python branch on a run-time value (evaluated on the call's values, guarded) takes over by deciding
-before the conversion is reached.
+:func:`thunder_ext.host.patches.guarded`), converting such a proxy with ``bool()``, ``float()``, ``int()`` or
+``operator.index()`` — or the ``bool`` a comparison of one made (Thunder's ``convert_element_type`` meta turns the
+unknown value into ``bool(None)``) — raises :class:`UnknownNumberError` naming the proxy and the fix; numbers whose
+value is known (shapes, Python arguments) convert as before. This also catches Thunder's own metas that branch on
+such a number: ``ltorch.add``/``sub`` skip ``alpha`` when ``alpha != 1`` is false, so
+``p.add_(u, alpha=<run-time number>)`` used to ignore ``alpha``. A mechanism that decides a Python branch on a
+run-time value (evaluated on the call's values, guarded) takes over by deciding before the conversion is reached.
+
+``max``/``min`` of numbers (two or more arguments, or one list or tuple) where one is known only at run time need
+no branch: the interpreter looks them aside (:func:`lookasides`) to the same extreme computed at run time — the
+numbers as 0-dim tensors (``int64`` when all are ``int``, else ``float64``, the precision of a Python number),
+``torch.maximum``/``torch.minimum``, ``Tensor.item()``. The result equals eager's (its type is the common one: an
+``int`` that wins against a ``float`` comes back as that ``float``; a NaN argument wins, where the builtins return
+whichever comparison puts first). Adafactor's step size ``max(eps2, p.norm(2).item() / ...) * min(lr, ...)``
+traces this way (``foreach=True``; its ``foreach=False`` then meets the ``alpha`` branch above).
 """
 
 from __future__ import annotations
 
+import builtins
+import functools
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
+import thunder.torch as ltorch
 from thunder.core import prims
+from thunder.core.interpreter import interpreter_needs_wrap
 from thunder.core.proxies import IntegerProxy, NumberProxy
 from thunder.core.trace import get_tracectx
 
-__all__ = ["UnknownNumberError", "STAND_INS"]
+__all__ = ["UnknownNumberError", "STAND_INS", "lookasides"]
 
 
 class UnknownNumberError(NotImplementedError):
@@ -68,3 +83,23 @@ STAND_INS: dict[str, tuple[Any, Callable[..., Any]]] = {
     "__index__": (IntegerProxy.__index__, _checked("operator.index")),
 }
 """``NumberProxy`` conversion (by name) -> (Thunder's, the checked stand-in); ``__index__`` is ``IntegerProxy``'s."""
+
+
+def _extreme(builtin: Callable[..., Any], tensor_op: Callable[..., Any]) -> Callable[..., Any]:
+    def extreme(*args: Any, **kwargs: Any) -> Any:
+        values = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
+        if kwargs or len(values) < 2 or not any(isinstance(v, NumberProxy) and v.value is None for v in values):
+            return builtin(*args, **kwargs)
+        kinds = {v.python_type if isinstance(v, NumberProxy) else type(v) for v in values}
+        dtype = torch.int64 if kinds <= {int, bool} else torch.float64
+        tensors = [ltorch.full((), v, dtype=dtype, device="cpu") for v in values]
+        return ltorch.item(functools.reduce(tensor_op, tensors))
+
+    extreme.__name__ = extreme.__qualname__ = builtin.__name__
+    return extreme
+
+
+def lookasides() -> dict[Any, Callable[..., Any]]:
+    """Interpreter lookasides (:mod:`thunder_ext.host.patches`): ``max``/``min`` of run-time numbers."""
+    return {builtins.max: interpreter_needs_wrap(_extreme(builtins.max, ltorch.maximum)),
+            builtins.min: interpreter_needs_wrap(_extreme(builtins.min, ltorch.minimum))}
