@@ -57,7 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     summary = (f"{len(records)} cells ({len(names)} optimizers; excluded: {', '.join(sorted(EXCLUDED))}); ok: "
                f"stock {counts['stock']}, thunder_ext {counts['thunder_ext']}; "
                f"{time.perf_counter() - start:.0f} s")
-    markdown = f"# torch.optim through a compiled step (torch executor)\n\n{summary}\n\n{table}\n"
+    errors = sorted({f"- {label} `{r[label]['status']}`: {r[label]['detail'][:160]}" for r in records
+                     for label in COMPILERS if r[label]["status"] not in ("ok", "WRONG")})
+    markdown = (f"# torch.optim through a compiled step (torch executor)\n\n{summary}\n\n{table}\n\n"
+                "Errors (first line):\n\n" + "\n".join(errors) + "\n")
     write_results("optimizer_catalog", {"environment": environment("cpu"), "cells": records, "summary": summary},
                   markdown)
     print(summary)

@@ -5,7 +5,9 @@
   ``.item()`` unless torch.compile is tracing, where it keeps the tensor. A traced program cannot read a value
   into Python (Thunder: "data dependency"), so the interpreter looks aside to the compiling branch: the bias
   corrections are computed from the step *tensor* at run time — no guard on the step, no recompilation per step
-  (the numbers differ from eager's float64 arithmetic by rounding only).
+  (the numbers differ from eager's float64 arithmetic by rounding only). Where a foreach op then receives a list
+  of such 0-dim tensors for its ``Scalar[]`` (Adamax's step sizes), the opaque foreach call passes them as the
+  1-D tensor of its ``Tensor scalars`` overload (:mod:`thunder_ext.declare.opaque_torch`).
 * ``Tensor.is_sparse`` (checked on every gradient) is ``False`` for every tensor a trace can hold: a
   property entry of the torch language context.
 * ``Optimizer.zero_grad`` is wrapped by ``torch._disable_dynamo``, whose wrapper memoizes ``torch._dynamo.disable``
