@@ -21,7 +21,7 @@ from executor_configs import CONFIGS  # noqa: E402
 
 CELLS = [c for name in sorted(shipped() - set(EXCLUDED)) for c in cells(name)]
 
-DEFAULT = {"Adamax[foreach=True]", "Adafactor[foreach=False]", "RMSprop[foreach=False, maximize=True, "
+DEFAULT = {"Adamax[foreach=True]", "Adafactor[foreach=False]", "Adagrad[foreach=False, maximize=True, "
            "weight_decay=0.1; 2 groups]"}
 """Run by default: the foreach scalar list given as step tensors, the silently-wrong cell now refused, two groups
 with different options. Every other cell is ``slow`` (``test_unknown_numbers`` covers run-time ``max``/``min``
