@@ -17,7 +17,8 @@ step  Thunder's point                             what thunder-effects does ther
                                                   state as eager (:func:`interpreter_tables`: lookasides, ``Tensor``
                                                   methods and properties; ``interpreter.wrap``), ``_copy_`` keeps
                                                   eager's result types, ``bool`` of a tensor value decided on the
-                                                  call's values (``data_dependent``)
+                                                  call's values (``data_dependent``), a run-time number otherwise
+                                                  never converted to a Python value (``unknown_numbers``)
 3     ``thunder_general_jit``: prologue, epilogue  ``unpack_inputs`` (its ``sorted``), the input names (paths through
                                                   tensor keys), ``build_value_from_wrapped`` and
                                                   ``process_recorded_modifications``: one epilogue writes back every
@@ -64,7 +65,7 @@ import torch.distributed
 from thunder.core.trace import TraceResults
 
 from .declare import opaque_grad, opaque_torch
-from .eager import batch_norm, data_dependent, eager_checks, optimizers, overloads, profiler, seeding
+from .eager import batch_norm, data_dependent, eager_checks, optimizers, overloads, profiler, seeding, unknown_numbers
 from .eager.grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
 from .host import fast, state
 from .host.fast import with_bound_symbols
@@ -108,6 +109,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
     "unpack_inputs": (jit_ext.unpack_inputs, _unpack_inputs),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
+    **unknown_numbers.STAND_INS,
     "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),
     # 5-6: input aliases, DCE, gradients
@@ -163,7 +165,7 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]]) -> Interpre
              | overloads.lookasides(lookaside_map) | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
              | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
-             | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map))
+             | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map) | unknown_numbers.lookasides())
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
     methods = opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods() | tensor_attributes.methods()
     return InterpreterTables(added, methods, overloads.methods(), optimizers.properties())

@@ -233,3 +233,18 @@ def test_profiler_record_function_is_not_traced():
     torch.testing.assert_close(jf(x), x * 2)
     names = {b.sym.name for b in thunder.last_traces(jf.__wrapped__)[0].bound_symbols}
     assert not any("record" in n or "profiler" in n for n in names), names
+
+
+def test_as_tensor_aliases_a_matching_tensor_and_copies_numbers():
+    def f(x, y):
+        a = torch.as_tensor(x)  # the tensor itself: the write below reaches the caller's x
+        a.add_(1)
+        return a, torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(2.5), torch.as_tensor([1, 2]), \
+            torch.as_tensor(y.sum().item() * 2)
+
+    eager_args, jit_args = (torch.ones(3), torch.ones(2)), (torch.ones(3), torch.ones(2))
+    expected, got = f(*eager_args), thunder_ext.jit(f, executors=["torch"])(*jit_args)
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g, e)
+    torch.testing.assert_close(jit_args[0], eager_args[0])

@@ -25,6 +25,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "_infer_name_postfix_from_provenance": ("pr",),
     "unpack_inputs": ("ctx", "prologue_trace", "pro_to_comp_inps", "pro_to_epi_inps", "args", "kwargs"),
     "add_transform": ("cfn", "transform", "disable_torch_autograd_support"),
+    **{name: ("self",) for name in ("__bool__", "__float__", "__int__", "__index__")},
 }
 """Parameter names of every patched Thunder function (lightning-thunder 0.2.6), pinned here: the
 replacements are called with the same arguments, and each stand-in takes ``original`` and then these."""

@@ -12,9 +12,12 @@ extension points:
   declared in the process-wide registry under the operator's implementation key;
 * a **dispatcher per torch function**, installed as the interpreter's lookaside for that function (the way Thunder
   looks aside to its own torch symbols: list items are proxied first, then it runs natively): at trace time it
-  picks the overload the arguments select (ATen's own resolution, ``torch._C._jit_resolve_packet``), puts every
-  argument at its schema position and records that operator — so the trace carries the operator with its
-  precise per-parameter effects;
+  picks the overload the arguments select (ATen's own resolution, ``torch._C._jit_resolve_packet``; a number
+  known only at run time resolves as any number of its type), puts every argument at its schema position and
+  records that operator — so the trace carries the operator with its precise per-parameter effects. A
+  ``Scalar[]`` argument given as 0-dim tensors (an optimizer's step sizes computed from the step *tensor*, see
+  :mod:`thunder_ext.eager.optimizers`), which no overload takes, is stacked into the one 1-D tensor of the
+  packet's ``Tensor scalars`` overload (``_foreach_addcdiv_``), the same values per list item;
 * missing ``Tensor`` methods are entries of the torch language context's method table mapping to the dispatcher;
 * in-place methods whose out-of-place op Thunder has (``sigmoid_``, ``fill_``, ...) are not opaque: they trace as
   ``copy_(self, X(self, ...))``, Thunder's own definition of its in-place ops, so they differentiate and fuse;
@@ -48,6 +51,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from effects import InvalidDeclaration, derive
 
 import thunder.extend as extend
+import thunder.torch as ltorch
 from thunder.core.devices import to_device, to_torch_device
 from thunder.core.dtypes import to_dtype, to_torch_dtype
 from thunder.core import dtypes
@@ -78,8 +82,8 @@ def _fake(value: Any) -> Any:
     """A proxy argument as FakeTensorMode sees it (call inside the mode)."""
     if isinstance(value, TensorProxy):
         return torch.empty(value.shape, dtype=to_torch_dtype(value.dtype), device=to_torch_device(value.device))
-    if isinstance(value, NumberProxy):
-        return value.value
+    if isinstance(value, NumberProxy):  # a run-time number (``Tensor.item()``) resolves as any of its type
+        return value.python_type(1) if value.value is None else value.value
     if isinstance(value, (list, tuple)):
         return type(value)(_fake(v) for v in value) if type(value) in (list, tuple) else [_fake(v) for v in value]
     return value
@@ -197,6 +201,40 @@ def _overload(packet: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     return getattr(packet, name)
 
 
+def _scalar_tensors_stacked(packet: Any, args: Sequence[Any], kwargs: dict[str, Any],
+                            ) -> tuple[list[Any], dict[str, Any]] | None:
+    """The call with each ``Scalar[]`` argument given as 0-dim tensors (the step-dependent step sizes of an
+    optimizer whose ``_get_value`` keeps the step a tensor) stacked into the one 1-D tensor the packet's
+    ``Tensor scalars`` overload takes; None when there is none such."""
+    lists = [(i, a.name) for overload in packet.overloads()
+             for i, a in enumerate(getattr(packet, overload)._schema.arguments) if str(a.type) == "List[number]"]
+
+    def stacked(value: Any) -> Any:
+        if (isinstance(value, (list, tuple)) and value
+                and all(isinstance(v, TensorProxy) and v.ndim == 0 for v in value)):
+            return ltorch.stack(list(value))
+        return value
+
+    positions, names = {i for i, _ in lists}, {name for _, name in lists}
+    new_args = [stacked(a) if i in positions else a for i, a in enumerate(args)]
+    new_kwargs = {k: stacked(v) if k in names else v for k, v in kwargs.items()}
+    changed = [a is not b for a, b in zip(new_args, args, strict=True)]
+    changed += [new_kwargs[k] is not kwargs[k] for k in kwargs]
+    return (new_args, new_kwargs) if any(changed) else None
+
+
+def _resolved(packet: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, Sequence[Any], dict[str, Any]]:
+    """The overload the call selects, and the call's arguments for it (:func:`_scalar_tensors_stacked` where only
+    that fits)."""
+    try:
+        return _overload(packet, args, kwargs), args, kwargs
+    except RuntimeError:
+        stacked = _scalar_tensors_stacked(packet, args, kwargs)
+        if stacked is None:
+            raise
+        return _overload(packet, *stacked), *stacked
+
+
 # --- dispatchers: one per torch function ---------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class OpaqueTorchOp:
@@ -218,8 +256,8 @@ def _dispatcher(name: str, packet: Any) -> Callable[..., Any]:
                 f"{EXECUTOR_NAME!r} is in `executors` (thunder_ext.jit adds it; with thunder.jit pass "
                 "executors=[..., thunder_ext.declare.opaque_torch.executor])."
             )
-        overload = _overload(packet, args, kwargs)
-        positional, keywords = _bind(overload, args, kwargs)
+        overload, call_args, call_kwargs = _resolved(packet, args, kwargs)
+        positional, keywords = _bind(overload, call_args, call_kwargs)
         return operator_for(overload, grad_enabled=cd is None or bool(cd.is_grad_enabled))(*positional, **keywords)
 
     dispatch.__name__ = dispatch.__qualname__ = f"dispatch_{name}"

@@ -5,7 +5,9 @@
   ``.item()`` unless torch.compile is tracing, where it keeps the tensor. A traced program cannot read a value
   into Python (Thunder: "data dependency"), so the interpreter looks aside to the compiling branch: the bias
   corrections are computed from the step *tensor* at run time — no guard on the step, no recompilation per step
-  (the numbers differ from eager's float64 arithmetic by rounding only).
+  (the numbers differ from eager's float64 arithmetic by rounding only). Where a foreach op then receives a list
+  of such 0-dim tensors for its ``Scalar[]`` (Adamax's step sizes), the opaque foreach call passes them as the
+  1-D tensor of its ``Tensor scalars`` overload (:mod:`thunder_ext.declare.opaque_torch`).
 * ``Tensor.is_sparse`` (checked on every gradient) is ``False`` for every tensor a trace can hold: a
   property entry of the torch language context.
 * ``Optimizer.zero_grad`` is wrapped by ``torch._disable_dynamo``, whose wrapper memoizes ``torch._dynamo.disable``
@@ -22,6 +24,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from numbers import Number
 from typing import Any
 
 import torch
@@ -31,11 +34,12 @@ from thunder.core import dtypes
 from thunder.core.devices import to_torch_device
 
 from thunder.core.interpreter import interpreter_needs_wrap
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import NumberProxy, TensorProxy
+import thunder.torch as ltorch
 
 from ..host.names import INTERPRET_CALL
 
-__all__ = ["group_tensors_by_device_and_dtype", "lookasides", "properties"]
+__all__ = ["as_tensor", "group_tensors_by_device_and_dtype", "lookasides", "properties"]
 
 
 def _get_value(x: Any) -> Any:
@@ -67,10 +71,25 @@ def group_tensors_by_device_and_dtype(tensorlistlist: Sequence[Sequence[Any]], w
     return groups
 
 
+def as_tensor(data: Any, dtype: torch.dtype | None = None, device: Any = None) -> Any:
+    """``torch.as_tensor`` over proxies: the tensor itself (or ``Tensor.to`` it), else a new tensor of the data."""
+    if isinstance(data, TensorProxy):
+        return ltorch.to(data, device=device, dtype=dtype)
+    if not isinstance(data, (Number, NumberProxy)):
+        return ltorch.tensor(data, dtype=dtype, device=device)
+    kind = data.python_type if isinstance(data, NumberProxy) else type(data)
+    return ltorch.full((), data, dtype=dtype or _NUMBER_DTYPES.get(kind) or torch.get_default_dtype(), device=device)
+
+
+_NUMBER_DTYPES = {bool: torch.bool, int: torch.int64, complex: torch.complex64}
+"""The dtype eager gives a Python number of each type in a new tensor (a float: the default dtype)."""
+
+
 def lookasides() -> dict[Any, Callable[..., Any]]:
     """Interpreter lookasides (:mod:`thunder_ext.host.patches`)."""
     return {optimizer_module._get_value: interpreter_needs_wrap(_get_value), _ZERO_GRAD: _zero_grad,
-            torch._C._group_tensors_by_device_and_dtype: interpreter_needs_wrap(group_tensors_by_device_and_dtype)}
+            torch._C._group_tensors_by_device_and_dtype: interpreter_needs_wrap(group_tensors_by_device_and_dtype),
+            torch.as_tensor: interpreter_needs_wrap(as_tensor)}
 
 
 def _is_sparse(a: TensorProxy) -> bool:

@@ -48,6 +48,7 @@ import thunder.transforms.autodiff as autodiff
 import thunder.transforms.cudagraph as cudagraph
 
 from thunder.core.compile_data import get_compile_data
+from thunder.core.proxies import IntegerProxy, NumberProxy
 
 from .. import compilation
 from ..compilation import STAND_INS, dist_utils
@@ -147,6 +148,8 @@ def _where() -> dict[str, tuple[Any, ...]]:
         LTORCH_COPY.name: (ltorch,),
         "unpack_inputs": (jit_ext,),
         NAME_POSTFIX.name: (jit_ext,),
+        "__bool__": (NumberProxy,), "__float__": (NumberProxy,), "__int__": (NumberProxy,),
+        "__index__": (IntegerProxy,),
         "build_value_from_wrapped": (jit_ext,),
         "process_recorded_modifications": (jit_ext,),
         "insert_alias_updates": (thunder,),

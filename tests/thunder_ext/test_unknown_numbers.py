@@ -1,0 +1,65 @@
+"""A number known only at run time (``Tensor.item()`` in the trace) converted to a Python value raises
+``UnknownNumberError`` instead of tracing Thunder's ``bool(None)`` (``False``) into the program — the class of bug
+that made ``torch.optim.Adafactor(foreach=False)`` silently wrong (``max(eps2, p.norm().item() / ...)``,
+``p.add_(u, alpha=<run-time number>)``); ``max``/``min`` of such numbers trace as run-time ops, and are right
+on either side of the comparison without recompiling."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("thunder")
+
+import torch  # noqa: E402
+
+import thunder  # noqa: E402
+import thunder_ext  # noqa: E402
+from thunder_ext.eager.unknown_numbers import UnknownNumberError  # noqa: E402
+
+
+def _max_of_numbers(x):
+    return x * max(0.5, x.norm().item())  # the builtin converts `>` to bool
+
+
+def _branch(x):
+    if x.norm().item() > 0.5:
+        return x * 2
+    return x * 3
+
+
+def _min_of_numbers(x):
+    return x * min(x.sum().item(), 2.0, x.norm().item())
+
+
+def _alpha(x):
+    return x.add(x, alpha=x.norm().item())  # Thunder's add meta branches on `alpha != 1`
+
+
+def _python_float(x):
+    return x * float(x.norm().item())
+
+
+@pytest.mark.parametrize("fn", [_branch, _python_float, _alpha])
+def test_a_run_time_number_converted_to_python_raises_instead_of_a_baked_branch(fn):
+    with pytest.raises(UnknownNumberError, match=r"known only when the program runs"):
+        thunder_ext.jit(fn, executors=["torch"])(torch.ones(3))
+
+
+@pytest.mark.parametrize("fn", [_max_of_numbers, _min_of_numbers])
+def test_max_and_min_of_run_time_numbers_are_computed_at_run_time(fn):
+    jf = thunder_ext.jit(fn, executors=["torch"])
+    for scale in (0.1, 1.0, 4.0):  # either side of the constant
+        x = torch.full((3,), scale)
+        torch.testing.assert_close(jf(x), fn(x))
+    assert thunder.cache_misses(jf.__wrapped__) == 1
+
+
+def test_arithmetic_on_a_run_time_number_still_traces():
+    def f(x):
+        n = x.norm().item()
+        return x * (n ** -0.5 + 1) if x.shape[0] > 2 else x  # a known number (a shape) still converts
+
+    jf = thunder_ext.jit(f, executors=["torch"])
+    for scale in (1.0, 4.0):
+        x = torch.full((3,), scale)
+        torch.testing.assert_close(jf(x), f(x))

@@ -1,0 +1,105 @@
+"""A number known only when the program runs is never read into Python while tracing: that raises, typed.
+
+``Tensor.item()`` inside a trace gives a ``NumberProxy`` whose value is unknown (``None``) — the number exists only
+at run time. Arithmetic on it is traced (``step.item() ** -0.8`` is a trace op), but converting it to a Python
+value cannot be: Thunder 0.2.6's ``NumberProxy.__bool__`` returns ``bool(None)``, i.e. ``False``, so
+``if x.norm().item() > 1: ...`` traces the *else* branch and ``max(eps, x.norm().item())`` (whose ``>`` is
+converted to ``bool`` by the builtin) is ``eps`` — baked into the program, silently wrong on every call
+(``torch.optim.Adafactor``'s step size and update clipping: its parameters differed from eager's by 0.25 after one
+step). ``__float__``/``__int__`` fail with a ``TypeError`` about ``None`` that names nothing.
+
+While the pipeline is active (these are stand-ins of :mod:`thunder_ext.compilation`, held by
+:func:`thunder_ext.host.patches.guarded`), converting such a proxy with ``bool()``, ``float()``, ``int()`` or
+``operator.index()`` — or the ``bool`` a comparison of one made (Thunder's ``convert_element_type`` meta turns the
+unknown value into ``bool(None)``) — raises :class:`UnknownNumberError` naming the proxy and the fix; numbers whose
+value is known (shapes, Python arguments) convert as before. This also catches Thunder's own metas that branch on
+such a number: ``ltorch.add``/``sub`` skip ``alpha`` when ``alpha != 1`` is false, so
+``p.add_(u, alpha=<run-time number>)`` used to ignore ``alpha``. A mechanism that decides a Python branch on a
+run-time value (evaluated on the call's values, guarded) takes over by deciding before the conversion is reached.
+
+``max``/``min`` of numbers (two or more arguments, or one list or tuple) where one is known only at run time need
+no branch: the interpreter looks them aside (:func:`lookasides`) to the same extreme computed at run time — the
+numbers as 0-dim tensors (``int64`` when all are ``int``, else ``float64``, the precision of a Python number),
+``torch.maximum``/``torch.minimum``, ``Tensor.item()``. The result equals eager's (its type is the common one: an
+``int`` that wins against a ``float`` comes back as that ``float``; a NaN argument wins, where the builtins return
+whichever comparison puts first). Adafactor's step size ``max(eps2, p.norm(2).item() / ...) * min(lr, ...)``
+traces this way (``foreach=True``; its ``foreach=False`` then meets the ``alpha`` branch above).
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import thunder.torch as ltorch
+from thunder.core import prims
+from thunder.core.interpreter import interpreter_needs_wrap
+from thunder.core.proxies import IntegerProxy, NumberProxy
+from thunder.core.trace import get_tracectx
+
+__all__ = ["UnknownNumberError", "STAND_INS", "lookasides"]
+
+
+class UnknownNumberError(NotImplementedError):
+    """A number known only at run time (``Tensor.item()`` in the trace) converted to a Python value."""
+
+
+def _unknown(n: NumberProxy) -> bool:
+    """Whether ``n``'s value is unknown: ``None``, or the ``False`` Thunder's ``convert_element_type`` makes of an
+    unknown number (``bool(None)``: every comparison of one converts its result to ``bool``), found by the
+    conversion that produced ``n`` in the current scope of the trace."""
+    if n.value is None:
+        return True
+    trace = get_tracectx()
+    if n.value is not False or trace is None:
+        return False
+    producer = next((b for b in reversed(trace.scopes[-1]) if b.output is n), None)
+    return (producer is not None and producer.sym.id == prims.PrimIDs.CONVERT_ELEMENT_TYPE
+            and isinstance(producer.args[0], NumberProxy) and _unknown(producer.args[0]))
+
+
+def _checked(conversion: str) -> Callable[..., Any]:
+    def stand_in(original: Callable[..., Any], self: NumberProxy) -> Any:
+        if _unknown(self):
+            raise UnknownNumberError(
+                f"{conversion}({self.name}): {self.name} is a number known only when the program runs (from "
+                f"Tensor.item() or another data-dependent op), and a traced program cannot turn it into a Python "
+                f"value (a branch, min/max of numbers, a Python float); keep it a tensor (torch.maximum, "
+                f"torch.where, Tensor ops), or compute it outside the jitted function and pass it in")
+        return original(self)
+
+    stand_in.__name__ = stand_in.__qualname__ = f"checked_{conversion}"
+    return stand_in
+
+
+STAND_INS: dict[str, tuple[Any, Callable[..., Any]]] = {
+    "__bool__": (NumberProxy.__bool__, _checked("bool")),
+    "__float__": (NumberProxy.__float__, _checked("float")),
+    "__int__": (NumberProxy.__int__, _checked("int")),
+    "__index__": (IntegerProxy.__index__, _checked("operator.index")),
+}
+"""``NumberProxy`` conversion (by name) -> (Thunder's, the checked stand-in); ``__index__`` is ``IntegerProxy``'s."""
+
+
+def _extreme(builtin: Callable[..., Any], tensor_op: Callable[..., Any]) -> Callable[..., Any]:
+    def extreme(*args: Any, **kwargs: Any) -> Any:
+        values = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
+        if kwargs or len(values) < 2 or not any(isinstance(v, NumberProxy) and v.value is None for v in values):
+            return builtin(*args, **kwargs)
+        kinds = {v.python_type if isinstance(v, NumberProxy) else type(v) for v in values}
+        dtype = torch.int64 if kinds <= {int, bool} else torch.float64
+        tensors = [ltorch.full((), v, dtype=dtype, device="cpu") for v in values]
+        return ltorch.item(functools.reduce(tensor_op, tensors))
+
+    extreme.__name__ = extreme.__qualname__ = builtin.__name__
+    return extreme
+
+
+def lookasides() -> dict[Any, Callable[..., Any]]:
+    """Interpreter lookasides (:mod:`thunder_ext.host.patches`): ``max``/``min`` of run-time numbers."""
+    return {builtins.max: interpreter_needs_wrap(_extreme(builtins.max, ltorch.maximum)),
+            builtins.min: interpreter_needs_wrap(_extreme(builtins.min, ltorch.minimum))}
