@@ -152,11 +152,15 @@ class InterpreterTables:
     """Thunder's ``Tensor`` methods that check the call binds first: name -> (Thunder's, the replacement)."""
     properties: Mapping[str, Callable[..., Any]]
     """New ``Tensor`` properties by name."""
+    opcode_handlers: Mapping[str, Callable[..., Any]]
+    """Replaced interpreter opcode handlers by opcode name."""
 
 
-def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]]) -> InterpreterTables:
+def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]],
+                       opcode_map: Mapping[str, Callable[..., Any]]) -> InterpreterTables:
     """Steps 2-3: the interpreter's and the language context's new entries. ``lookaside_map`` is Thunder's table (a
-    lookaside may wrap the entry it replaces)."""
+    lookaside may wrap the entry it replaces), ``opcode_map`` the interpreter's opcode handlers (each replacement
+    wraps Thunder's)."""
     object_setattr = module_state.synced_setattr(interpreter_state.owned_setattr(lookaside_map[object.__setattr__]))
     added = (opaque_torch.lookasides() | interpreter_state.lookasides() | seeding.lookasides()
              | overloads.lookasides(lookaside_map) | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
@@ -165,7 +169,9 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]]) -> Interpre
              | tensor_hooks.lookasides())
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
     methods = opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods() | tensor_attributes.methods()
-    return InterpreterTables(added, methods, overloads.methods(), optimizers.properties())
+    return InterpreterTables(added, methods, overloads.methods(),
+                             optimizers.properties() | overloads.properties(),
+                             interpreter_state.opcode_handlers(opcode_map))
 
 
 def gradient_tables() -> tuple[Mapping[Any, Any], Mapping[Any, Callable[[Any], Any]]]:

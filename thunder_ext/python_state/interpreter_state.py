@@ -62,7 +62,8 @@ from ..declare.declarations import ASSERT
 from ..declare.opaque_torch import executor
 
 __all__ = ["METADATA", "NO_HISTORY", "SAME_LEAF", "TracedInferenceMode", "TracedGradFn", "owned_setattr",
-           "is_grad_enabled", "requires_grad", "torch_device", "asking_leaves", "leaf_checks", "lookasides"]
+           "is_grad_enabled", "requires_grad", "torch_device", "asking_leaves", "leaf_checks", "lookasides",
+           "call_function_ex", "opcode_handlers"]
 
 
 # --- context managers and grad mode ------------------------------------------------------------------------------
@@ -313,3 +314,29 @@ def lookasides() -> dict[Any, Callable[..., Any]]:
     }
     table.update({getattr(TensorProxy, name).fget: interpreter_needs_wrap(answer) for name, answer in METADATA.items()})
     return table
+
+
+# --- calls with a starred iterable ------------------------------------------------------------------------------
+def call_function_ex(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The interpreter's ``CALL_FUNCTION_EX`` handler (``f(*args, **kwargs)``), ``original`` behind it: CPython
+    turns a starred argument that is not a tuple or list into a tuple first (``f(*(g(i) for i in ...))``, as
+    ``torch.nn.utils.parametrize``'s multi-tensor parametrizations call theirs); Thunder's handler takes its length
+    ("object of type 'generator' has no len()"). Such an argument is interpreted as ``tuple(args)`` first."""
+    def handler(inst: Any, /, stack: Any, **kwargs: Any) -> Any:
+        keywords = stack.pop_wrapped() if inst.arg & 0x01 else None
+        args = stack.pop_wrapped()
+        if not isinstance(unwrap(args), (tuple, list)):
+            args = INTERPRET_CALL.get()(tuple, args)
+            if not isinstance(args, WrappedValue):  # the iteration raised: the interpreter's signal
+                return args
+        stack.append(args)
+        if keywords is not None:
+            stack.append(keywords)
+        return original(inst, stack=stack, **kwargs)
+
+    return handler
+
+
+def opcode_handlers(current: Mapping[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+    """Replaced entries of the interpreter's opcode handler table (``current``; :mod:`thunder_ext.host.patches`)."""
+    return {"CALL_FUNCTION_EX": call_function_ex(current["CALL_FUNCTION_EX"])}
