@@ -21,6 +21,9 @@ parameter of the ATen overload eager picks (``x.index_add_(0, i, s, alpha=2)``).
   ``out`` (``F.normalize``: ``spectral_norm``'s power iteration writes its buffers with ``out=``) or whose Thunder
   symbol has ``out`` and refuses it; ``clone(memory_format=torch.contiguous_format)`` drops the layout-free format
   Thunder's ``clone`` refuses (:func:`_layout_free`).
+* ``F.embedding(max_norm=...)`` (Thunder's symbol refuses ``max_norm``) interprets torch's own ``F.embedding``:
+  the in-place renormalization of the rows looked up under ``no_grad`` (an opaque torch call, its write declared by
+  the schema), then the lookup (:func:`_renorming_embedding`).
 * C++ **composites** Thunder has no symbol for (``torch._weight_norm``, ``norm_except_dim``: :data:`COMPOSITES`)
   are traced as their definition in Thunder's ops; the **adjoints** ``Tensor.H``/``mH`` of real tensors are
   Thunder's ``mT`` (:func:`properties`).
@@ -52,7 +55,8 @@ from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import Symbol
 from thunder.core.trace import get_tracectx
 
-from ..host.names import LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
+from ..host.names import INTERPRET_CALL, LTORCH_COPY, METHOD_TABLE, TORCH_FUNCTION_MAP
+from ..host.reliances import LOOKASIDE_COPY
 from ..declare.keys import python_signature
 from ..declare.inplace_methods import inplace_name
 from ..declare.opaque_torch import OpaqueTorchOp, grad_requiring, native_lookaside, register_opaque
@@ -269,6 +273,7 @@ def lookasides(current: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[...
         if fn in current:
             table[fn] = _memory_format_aware(table.get(fn, current[fn]))
     table.update({fn: native_lookaside(composite) for fn, composite in COMPOSITES.items()})
+    table[_EMBEDDING] = _renorming_embedding(current[_EMBEDDING])
     for method in _METHODS.values():
         table[method] = native_lookaside(record_source_loc_in_symbol_header(method))
     symbols = TORCH_FUNCTION_MAP.get()
@@ -300,6 +305,25 @@ COMPOSITES: dict[Callable[..., Any], Callable[..., Any]] = {
 """Torch functions whose ATen op is a C++ composite (``CompositeImplicitAutograd``, no Python decomposition) and
 that Thunder has no symbol for: traced as the composite's definition in Thunder's ops, so they differentiate and
 fuse (the opaque path has no derivative)."""
+
+
+# --- arguments Thunder's symbol refuses that torch's Python handles first ------------------------------------------
+_EMBEDDING = torch.nn.functional.embedding
+_TORCH_EMBEDDING = LOOKASIDE_COPY.copy(_EMBEDDING)
+_EMBEDDING_SIGNATURE = inspect.signature(_EMBEDDING)
+
+
+def _renorming_embedding(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The lookaside of ``F.embedding``: Thunder's (``original``) unless the call passes ``max_norm``, which
+    Thunder's symbol refuses; then torch's own ``F.embedding`` is interpreted: under ``no_grad`` it renormalizes
+    the rows of the weight it looks up in place (``torch.embedding_renorm_``, an opaque torch call whose write is
+    declared by its schema) and then looks them up without ``max_norm`` (Thunder's symbol)."""
+    def lookaside(*args: Any, **kwargs: Any) -> Any:
+        if unwrap(_EMBEDDING_SIGNATURE.bind(*args, **kwargs).arguments.get("max_norm")) is None:
+            return original(*args, **kwargs)
+        return INTERPRET_CALL.get()(_TORCH_EMBEDDING, *args, **kwargs)
+
+    return lookaside
 
 
 # --- adjoints ------------------------------------------------------------------------------------------------------
