@@ -10,7 +10,8 @@ Where the effects come from — the :data:`Category` of each symbol, reported by
   ``update_aliases``, bookkeeping), composite symbols with hidden writes (``batch_norm`` writes its running
   statistics through inner ``copy_``\\ s, although ``aten::batch_norm``'s schema does not say so), symbols tagged
   ``IN_PLACE`` without a usable schema (Thunder's convention: the first tensor argument is written), and the
-  distributed collectives and bookkeeping prims (:mod:`thunder_ext.declare.collectives`: ordered per process group on
+  auto-registered torch functions without a schema (Thunder's contract: out-of-place, views only where listed;
+  :func:`_auto_registered`), and the distributed collectives and bookkeeping prims (:mod:`thunder_ext.declare.collectives`: ordered per process group on
   ``comm[group]``, with effects that depend on constant arguments such as ``skip_clone``);
 * ``schema-derived`` — ltorch symbols whose torch function maps to an ATen op: writes, views and RNG effects of
   its ``FunctionSchema`` (:mod:`effects.schema`), moved onto the Thunder signature by parameter name (``self`` is
@@ -264,6 +265,25 @@ def _from_schema(sym: Symbol, torch_fns: list[object]) -> Effects | None:
     return result
 
 
+def _auto_registered(sid: Hashable, sym: Symbol, torch_fns: list[object]) -> Effects | None:
+    """Thunder's contract for the torch functions it registers automatically (``OpTags.AUTO_REGISTERED``: the torch
+    fallback runs them) that have no schema to derive from (Python functions such as
+    ``F.multi_head_attention_forward``): they are out-of-place (Thunder refuses to auto-register ``X_`` names) and
+    return views only where Thunder lists them (declared as views above). A ``Tensor`` method's result may still
+    be ``self`` (``cdouble`` of a complex tensor, the named-tensor views); a function with an ``inplace`` argument
+    writes whenever the call says so: it stays opaque."""
+    if not sym.tags or OpTags.AUTO_REGISTERED not in sym.tags or any(_takes_inplace(fn) for fn in torch_fns):
+        return None
+    return make_effects(aliases=[(0, 0, True)]) if str(sid).startswith("Tensor.") else PURE
+
+
+def _takes_inplace(fn: object) -> bool:
+    try:
+        return "inplace" in inspect.signature(fn).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class _Tables:
     effects: dict[Hashable, Effects | DependentEffects]
@@ -296,6 +316,8 @@ def _build_tables() -> _Tables:
         elif derived is not None:
             effects_by_key[sid] = derived
             categories[sid] = "schema-derived"
+        elif (contract := _auto_registered(sid, sym, torch_fns.get(sid) or [])) is not None:
+            effects_by_key[sid], categories[sid] = contract, "declared"
     for sym, eff in collectives.declarations().items():  # after the IN_PLACE convention, which they refine
         effects_by_key[sym.id], categories[sym.id], signatures[sym.id] = eff, "declared", signature_of(sym)
 
