@@ -385,6 +385,20 @@ class _Residual(nn.Module):
         return F.relu(out, inplace=True).sum()
 
 
+class _AttentionResidual(nn.Module):
+    """``nn.MultiheadAttention`` (Thunder runs ``F.multi_head_attention_forward`` as an auto-registered torch call)
+    with the residual added in place to its output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.attention(x, x, x)
+        out.add_(x)
+        return out
+
+
 class _ConvBN(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -481,6 +495,7 @@ CASES: tuple[Case, ...] = (
     Case("mlp_inplace_activations", _module(_mlp_inplace, lambda: torch.randn(4, 3))),
     Case("hardtanh_elu_inplace", _module(_hardtanh_inplace, lambda: torch.randn(4, 3))),
     Case("residual_inplace_add", _module(_Residual, lambda: torch.randn(4, 3))),
+    Case("attention_output_add_", _module(_AttentionResidual, lambda: torch.randn(2, 3, 8))),
     Case("conv_batchnorm_train", _module(_ConvBN, _image)),
     Case("batchnorm1d_relu_", _module(_BN1d, lambda: torch.randn(6, 3))),
     Case("module_buffers_counter_ema", _module(_Counter, lambda: torch.randn(4, 3))),
