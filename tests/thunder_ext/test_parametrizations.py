@@ -66,7 +66,8 @@ def test_trains_like_eager(case: str, config: str):
 
 
 @pytest.mark.xfail(strict=True, reason="known gap: in a differentiated compilation `self.b = self.b.add_(1)` (here "
-                   "`self._u = F.normalize(..., out=self._u)`) rebinds the buffer to a new tensor with the right values "
+                   "`self._u = F.normalize(..., out=self._u)`) rebinds the buffer to a new tensor with the right "
+                   "values "
                    "instead of leaving the mutated tensor in place")
 def test_spectral_norm_updates_its_vectors_in_place():
     """the power iteration's ``out=`` writes the caller's buffers (eager relies on it for DataParallel replicas)"""

@@ -11,7 +11,8 @@ Where the effects come from — the :data:`Category` of each symbol, reported by
   statistics through inner ``copy_``\\ s, although ``aten::batch_norm``'s schema does not say so), symbols tagged
   ``IN_PLACE`` without a usable schema (Thunder's convention: the first tensor argument is written), and the
   auto-registered torch functions without a schema (Thunder's contract: out-of-place, views only where listed;
-  :func:`_auto_registered`), and the distributed collectives and bookkeeping prims (:mod:`thunder_ext.declare.collectives`: ordered per process group on
+  :func:`_auto_registered`), and the distributed collectives and bookkeeping prims
+  (:mod:`thunder_ext.declare.collectives`: ordered per process group on
   ``comm[group]``, with effects that depend on constant arguments such as ``skip_clone``);
 * ``schema-derived`` — ltorch symbols whose torch function maps to an ATen op: writes, views and RNG effects of
   its ``FunctionSchema`` (:mod:`effects.schema`), moved onto the Thunder signature by parameter name (``self`` is

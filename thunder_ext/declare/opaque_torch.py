@@ -107,7 +107,8 @@ def grad_requiring(bsyms: Sequence[Any]) -> set[str]:
     """Names of the tensors of ``bsyms`` (a trace's bound symbols, in order) that eager would hold with autograd
     history when grad mode is on: inputs (proxies nothing before made) that require grad, and the floating outputs
     of every bound symbol that reads one, except those computed under ``no_grad`` (Thunder tags them
-    ``DETACHED_AUTOGRAD_GRAPH``) and those of :data:`NO_HISTORY`. Thunder's own ``requires_grad`` of an intermediate proxy is not that: it is
+    ``DETACHED_AUTOGRAD_GRAPH``) and those of :data:`NO_HISTORY`. Thunder's own ``requires_grad`` of an
+    intermediate proxy is not that: it is
     ``False`` for most of them."""
     made: set[str] = set()
     grad: set[str] = set()

@@ -335,8 +335,9 @@ def _adjoint(name: str, matrices_only: bool) -> Callable[[Any], Any]:
             raise NotImplementedError(f"Tensor.{name} of a complex tensor inside a jitted function: Thunder has no "
                                       "conj; compute it outside the jitted function.")
         if a.ndim != 2 and (matrices_only or a.ndim < 2):  # eager's errors (a 0-D H is deprecated: refused)
-            raise RuntimeError(f"tensor.{name} is only supported on matrices{'' if matrices_only else ' or batches of matrices'}"
-                               f" (2-D tensors). Got {a.ndim}-D tensor.")
+            batches = "" if matrices_only else " or batches of matrices"
+            raise RuntimeError(f"tensor.{name} is only supported on matrices{batches} (2-D tensors). Got {a.ndim}-D "
+                               "tensor.")
         return a.mT
 
     adjoint.__name__ = adjoint.__qualname__ = f"adjoint_{name}"

@@ -105,7 +105,8 @@ from typing import Any
 
 __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES", "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS",
            "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "PROPERTY_TABLE", "OPCODE_TABLE", "LOOKASIDE_TABLE", "GRAD_TABLE",
-           "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "KNOWN_WRAPPERS", "ADDITIONAL_OUTPUTS", "CONSTRAINTS", "PROXIED_VALUES",
+           "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "KNOWN_WRAPPERS", "ADDITIONAL_OUTPUTS", "CONSTRAINTS",
+           "PROXIED_VALUES",
            "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
            "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS", "INPUT_ALIASES",
            "PLACED_ALIASES", "EPILOGUE_WRITES", "REBOUND", "HOOKS", "DCE_FIXPOINT", "RESOLVED", "FUSED", "RUNNER",
@@ -192,7 +193,7 @@ METHOD_TABLE = Private("thunder.torch.langctx", "_method_name_to_fn_map", Kind.M
 PROPERTY_TABLE = Private("thunder.torch.langctx", "_property_name_to_fn_map", Kind.MODULE, ("host/patches",),
                          "the Tensor properties of the torch language context; new entries for missing ones")
 OPCODE_TABLE = Private("thunder.core.interpreter", "_default_opcode_handler_map", Kind.MODULE, ("host/patches",),
-                       "the interpreter's opcode handlers; entries replaced where CPython does more (interpreter_state)")
+                       "the interpreter's opcode handlers; entries replaced where CPython does more")
 LOOKASIDE_TABLE = Private("thunder.core.jit_ext", "_general_jit_lookaside_map", Kind.MODULE, ("host/patches",),
                           "the interpreter's lookasides; new entries for torch functions without a symbol")
 GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE,
@@ -254,7 +255,8 @@ CHECK_IMPLS = tuple(
 
 PRIVATE_NAMES: tuple[Private, ...] = (
     TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, PROPERTY_TABLE, OPCODE_TABLE, LOOKASIDE_TABLE,
-    GRAD_TABLE, LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, KNOWN_WRAPPERS, ADDITIONAL_OUTPUTS, CONSTRAINTS, PROXIED_VALUES,
+    GRAD_TABLE, LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, KNOWN_WRAPPERS, ADDITIONAL_OUTPUTS, CONSTRAINTS,
+    PROXIED_VALUES,
     SIGINFO, UPDATE_FUSION_CALL_CTX, BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS,
     *REGION_FIELDS,
     CACHE_INFO_CTX, COMPILE_DATA_CTX, *CHECK_IMPLS,

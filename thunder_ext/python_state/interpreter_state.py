@@ -17,7 +17,8 @@ program takes another branch than eager, silently. Three classes of questions go
   :func:`is_grad_enabled` answers the traced mode. Autocast likewise: Thunder traces ``torch.autocast`` blocks
   onto its compile data's autocast stack (the caller's autocast first, part of the cache key), but
   ``torch.is_autocast_enabled("cpu")`` inside ``autocast(enabled=False)`` answered ``True``;
-  :func:`is_autocast_enabled` and :func:`get_autocast_dtype` answer the traced state. ``torch._C._InferenceMode`` (what ``inference_mode`` enters)
+  :func:`is_autocast_enabled` and :func:`get_autocast_dtype` answer the traced state.
+  ``torch._C._InferenceMode`` (what ``inference_mode`` enters)
   switched the process into inference mode at trace time and the trace not at all; inside the trace it is
   :class:`TracedInferenceMode`, which turns the traced grad mode off (the values it makes have no autograd
   history, as eager's inference tensors).
@@ -67,7 +68,8 @@ from ..declare.declarations import ASSERT
 from ..declare.opaque_torch import executor
 
 __all__ = ["METADATA", "NO_HISTORY", "SAME_LEAF", "TracedInferenceMode", "TracedGradFn", "owned_setattr",
-           "is_grad_enabled", "is_autocast_enabled", "get_autocast_dtype", "requires_grad", "torch_device", "asking_leaves", "leaf_checks", "lookasides",
+           "is_grad_enabled", "is_autocast_enabled", "get_autocast_dtype", "requires_grad", "torch_device",
+           "asking_leaves", "leaf_checks", "lookasides",
            "call_function_ex", "opcode_handlers"]
 
 
