@@ -236,12 +236,27 @@ def _place_aliases(results: Any, call: _Call) -> Any:
     return TraceResults(prologue, results.computation_trace, results.epilogue_trace, results.interpreter_log)
 
 
+def _keep_buffers_in_place(results: Any, call: _Call) -> Any:
+    """A buffer rebound to the tensor it already is (the result of an in-place op on it) is not rebound: a new
+    epilogue without those writes (:func:`thunder_ext.python_state.module_state.rebinds_in_place`)."""
+    if results.epilogue_trace is None:
+        return results
+    objects = arguments.epilogue_values(results.prologue_trace, results.epilogue_trace, call.fn, call.args,
+                                        call.kwargs)
+    kept = module_state.rebinds_in_place(results.epilogue_trace, results.computation_trace, objects, call.tensors)
+    if kept is None:
+        return results
+    epilogue = with_bound_symbols(results.epilogue_trace, kept, "Buffers mutated in place kept (thunder-effects)")
+    return TraceResults(results.prologue_trace, results.computation_trace, epilogue, results.interpreter_log)
+
+
 def _functionalize(results: Any, call: _Call) -> Any:
     """A differentiated compilation's computation without writes (the autograd split sees dataflow)."""
     return autograd_boundary.after_acquire(results, call.aliases)
 
 
-AFTER_ACQUISITION: tuple[Callable[[Any, _Call], Any], ...] = (_refuse_untraceable, _place_aliases, _functionalize)
+AFTER_ACQUISITION: tuple[Callable[[Any, _Call], Any], ...] = (_refuse_untraceable, _place_aliases,
+                                                               _keep_buffers_in_place, _functionalize)
 """Step 4, in order: eager's errors first; differentiated compilations then see the trace without writes. Each
 step takes the acquisition's results and the call and returns new results (new traces where it changed one; the
 traces it was given are left as they are)."""

@@ -22,6 +22,12 @@ from training_steps import STEPS, compilations, train_like_eager  # noqa: E402
 SLOW_CONFIGS = [pytest.param(c, marks=pytest.mark.slow) for c in CONFIGS if c != "torch"]
 
 
+def _tolerance(config: str) -> dict[str, float] | None:
+    """torch.compile computes a fused chain of bfloat16 ops in float32 without eager's rounding between them: its
+    results differ from eager's by a few bfloat16 ulps (the torch executor's match to float32 precision)."""
+    return {"rtol": 4e-2, "atol": 1e-2} if config.startswith("torchcompile") else None
+
+
 def _bf16():
     return torch.autocast("cpu", dtype=torch.bfloat16)
 
@@ -48,7 +54,7 @@ def _features(step: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("config", ["torch", *SLOW_CONFIGS])
 def test_autocast_inside_the_forward_trains_like_eager(config: str):
-    jitted = train_like_eager(_AutocastInside, _features, **CONFIGS[config])
+    jitted = train_like_eager(_AutocastInside, _features, tolerance=_tolerance(config), **CONFIGS[config])
     assert compilations(jitted) == 1
     y, z, flags = jitted(_features(0))
     assert (y.dtype, z.dtype, flags.tolist()) == (torch.bfloat16, torch.float32, [True, True])
@@ -58,7 +64,7 @@ def test_autocast_inside_the_forward_trains_like_eager(config: str):
 @pytest.mark.parametrize("config", CONFIGS)
 def test_autocast_around_the_jitted_call_trains_like_eager(config: str):
     jitted = train_like_eager(lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), _features,
-                              context=_bf16, **CONFIGS[config])
+                              context=_bf16, tolerance=_tolerance(config), **CONFIGS[config])
     assert compilations(jitted) == 1
 
 
@@ -88,5 +94,5 @@ def test_grad_scaler_step_with_a_jitted_forward_matches_eager(config: str):
     *expected, _ = _scaled_training(copy.deepcopy(model), False, {})
     *got, jitted = _scaled_training(model, True, CONFIGS[config])
     assert got[0] == expected[0] == torch.bfloat16
-    torch.testing.assert_close(got[1:], expected[1:])
+    torch.testing.assert_close(got[1:], expected[1:], **(_tolerance(config) or {}))
     assert compilations(jitted) == 1

@@ -213,15 +213,16 @@ class OpaqueTorchOp:
 
 
 def _needs_grad(cd: Any, operands: Any) -> bool:
-    """Whether a call with ``operands`` is one autograd records: grad mode is on and an operand requires grad by
-    eager's rule (:func:`grad_requiring`; ``torch.embedding_renorm_(weight.detach(), ...)`` does not)."""
+    """Whether a call with ``operands`` may be one autograd records: grad mode is on and, where the trace has values
+    that require grad (by eager's rule, :func:`grad_requiring`), an operand is one of them
+    (``torch.embedding_renorm_(weight.detach(), ...)`` is not)."""
     if cd is None:
         return True
     if not cd.is_grad_enabled:
         return False
     tensors = [t for t in tree_flatten(operands)[0] if isinstance(t, TensorProxy)]
     grad = grad_requiring(get_tracectx().bound_symbols) if tensors else set()
-    return any(t.name in grad or t.requires_grad for t in tensors)
+    return not grad or any(t.name in grad or t.requires_grad for t in tensors)
 
 
 def _dispatcher(name: str, packet: Any) -> Callable[..., Any]:

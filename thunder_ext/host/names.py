@@ -207,7 +207,7 @@ NAME_POSTFIX = Private("thunder.core.jit_ext", "_infer_name_postfix_from_provena
                        "host/patches"),
                        "names proxied inputs after their access path; patched to spell tensor-keyed subscripts")
 INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE,
-                         ("eager/batch_norm", "eager/optimizers", "eager/transformers_compat",
+                         ("eager/batch_norm", "eager/optimizers", "eager/overloads", "eager/transformers_compat",
                           "python_state/interpreter_state", "python_state/list_state", "python_state/tensor_hooks"),
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
 KNOWN_WRAPPERS = Private("thunder.core.interpreter.InterpreterRuntimeCtx", "_known_wrappers", Kind.FIELD,

@@ -31,7 +31,7 @@ from thunder.core.trace import TraceCtx
 
 from .referents import DEREFERENCE, dereference
 
-__all__ = ["argument_values", "argument_tensors", "alias_groups_of", "storage_pattern"]
+__all__ = ["argument_values", "epilogue_values", "argument_tensors", "alias_groups_of", "storage_pattern"]
 
 _UNPACKS: Mapping[Any, Callable[..., Any]] = {
     PrimIDs.UNPACK_GETITEM: operator.getitem,
@@ -54,6 +54,19 @@ def argument_values(prologue: TraceCtx, computation: TraceCtx, fn: Any, args: Se
                     kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The call's value of each computation argument (by name) that the prologue unpacks from the call's ``args``,
     ``kwargs`` or the function object ``fn`` (see the module docstring)."""
+    return _returned_values(prologue, computation, 0, fn, args, kwargs)
+
+
+def epilogue_values(prologue: TraceCtx, epilogue: TraceCtx, fn: Any, args: Sequence[Any],
+                    kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The call's value of each epilogue argument (by name) the prologue unpacks (the objects written back)."""
+    return _returned_values(prologue, epilogue, 1, fn, args, kwargs)
+
+
+def _returned_values(prologue: TraceCtx, trace: TraceCtx, which: int, fn: Any, args: Sequence[Any],
+                     kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``trace``'s arguments that are the prologue's returned group ``which`` (0: to the computation, 1: to the
+    epilogue), by name, as the call's values."""
     env: dict[str, Any] = {}
     for bsym in prologue.bound_symbols:
         out = bsym.output
@@ -68,9 +81,9 @@ def argument_values(prologue: TraceCtx, computation: TraceCtx, fn: Any, args: Se
             operands = [env.get(a.name, _UNKNOWN) if isinstance(a, Proxy) else a for a in bsym.args]
             if all(o is not _UNKNOWN for o in operands):
                 env[out.name] = _UNPACKS[sid](*operands)
-    pro_to_comp = prologue.bound_symbols[-1].args[0][0]
-    return {comp.name: env[pro.name] for comp, pro in zip(computation.args, pro_to_comp, strict=False)
-            if isinstance(comp, Proxy) and isinstance(pro, Proxy) and pro.name in env}
+    returned = prologue.bound_symbols[-1].args[0][which]
+    return {arg.name: env[pro.name] for arg, pro in zip(trace.args, returned, strict=False)
+            if isinstance(arg, Proxy) and isinstance(pro, Proxy) and pro.name in env}
 
 
 def argument_tensors(prologue: TraceCtx, computation: TraceCtx, fn: Any, args: Sequence[Any],
