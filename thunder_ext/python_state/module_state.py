@@ -61,7 +61,7 @@ runs it on the real module, as eager does, uninterpreted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import torch
@@ -240,8 +240,8 @@ def _in_place_bases(computation: Any) -> dict[str, str]:
     return same
 
 
-def rebinds_in_place(epilogue: Any, computation: Any, objects: dict[str, Any],
-                     tensors: dict[str, torch.Tensor]) -> list[Any] | None:
+def rebinds_in_place(epilogue: Any, computation: Any, objects: Mapping[str, Any],
+                     tensors: Mapping[str, torch.Tensor]) -> list[Any] | None:
     """The epilogue's bound symbols without the :data:`SET_BUFFER` writes that rebind a buffer to the tensor it
     already is (``self.b = self.b.add_(1)``, ``self._u = F.normalize(..., out=self._u)``): eager's attribute still
     holds the tensor it mutated, and a differentiated compilation's new value of it (its data is written back into
@@ -254,7 +254,7 @@ def rebinds_in_place(epilogue: Any, computation: Any, objects: dict[str, Any],
     dropped = set()
     for bsym in writes:
         root, name, value = bsym.args[:3]
-        module = objects.get(getattr(root, "name", None))
+        module = objects.get(root.name) if isinstance(root, Proxy) else None
         owner, _, attr = name.rpartition(".")
         held = getattr(_original(module).get_submodule(owner), "_buffers", {}).get(attr) if module is not None \
             else None
