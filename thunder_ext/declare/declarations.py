@@ -9,11 +9,10 @@ Where the effects come from — the :data:`Category` of each symbol, reported by
 * ``declared`` — the explicit table below: the prims that are not pure (``copy_``, RNG, ``print``, views,
   ``update_aliases``, bookkeeping), composite symbols with hidden writes (``batch_norm`` writes its running
   statistics through inner ``copy_``\\ s, although ``aten::batch_norm``'s schema does not say so), symbols tagged
-  ``IN_PLACE`` without a usable schema (Thunder's convention: the first tensor argument is written), and the
-  auto-registered torch functions without a schema (Thunder's contract: out-of-place, views only where listed;
-  :func:`_auto_registered`), and the distributed collectives and bookkeeping prims
-  (:mod:`thunder_ext.declare.collectives`: ordered per process group on
-  ``comm[group]``, with effects that depend on constant arguments such as ``skip_clone``);
+  ``IN_PLACE`` without a usable schema (Thunder's convention: the first tensor argument is written), auto-registered
+  functions without a schema (:mod:`thunder_ext.declare.auto_registered`), and the distributed collectives and
+  bookkeeping prims (:mod:`thunder_ext.declare.collectives`: ordered per process group on ``comm[group]``, with
+  effects that depend on constant arguments such as ``skip_clone``);
 * ``schema-derived`` — ltorch symbols whose torch function maps to an ATen op: writes, views and RNG effects of
   its ``FunctionSchema`` (:mod:`effects.schema`), moved onto the Thunder signature by parameter name (``self`` is
   the first parameter, other unmatched positional parameters by position);
@@ -58,7 +57,7 @@ from thunder.core.prims import OpTags, PrimIDs
 from thunder.core.symbol import Symbol
 from thunder.executors import torchex
 
-from . import collectives
+from . import auto_registered, collectives
 from ..host.names import MAY_VIEW_SYMBOLS, METHOD_TABLE, TORCH_FUNCTION_MAP, VIEW_SYMBOLS
 from ..host.reliances import DISPATCH_CLOSURE
 from .keys import impl_key, python_signature, signature_of
@@ -150,18 +149,6 @@ def _torch_functions() -> dict[Hashable, list[object]]:
         for sym in _symbols_behind(value):
             found.setdefault(sym.id, []).append(torch_fn)
     return found
-
-
-def _torch_function_named(dotted: object) -> object | None:
-    """``"torch.nn.functional.fold"`` -> the function (auto-registered symbols are named after it)."""
-    if not isinstance(dotted, str) or not dotted.startswith("torch."):
-        return None
-    obj: object = torch
-    for part in dotted.split(".")[1:]:
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
 
 
 def _ltorch_symbols() -> dict[Hashable, Symbol]:
@@ -266,25 +253,6 @@ def _from_schema(sym: Symbol, torch_fns: list[object]) -> Effects | None:
     return result
 
 
-def _auto_registered(sid: Hashable, sym: Symbol, torch_fns: list[object]) -> Effects | None:
-    """Thunder's contract for the torch functions it registers automatically (``OpTags.AUTO_REGISTERED``: the torch
-    fallback runs them) that have no schema to derive from (Python functions such as
-    ``F.multi_head_attention_forward``): they are out-of-place (Thunder refuses to auto-register ``X_`` names) and
-    return views only where Thunder lists them (declared as views above). A ``Tensor`` method's result may still
-    be ``self`` (``cdouble`` of a complex tensor, the named-tensor views); a function with an ``inplace`` argument
-    writes whenever the call says so: it stays opaque."""
-    if not sym.tags or OpTags.AUTO_REGISTERED not in sym.tags or any(_takes_inplace(fn) for fn in torch_fns):
-        return None
-    return make_effects(aliases=[(0, 0, True)]) if str(sid).startswith("Tensor.") else PURE
-
-
-def _takes_inplace(fn: object) -> bool:
-    try:
-        return "inplace" in inspect.signature(fn).parameters  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-
-
 @dataclass(frozen=True, slots=True)
 class _Tables:
     effects: dict[Hashable, Effects | DependentEffects]
@@ -309,7 +277,7 @@ def _build_tables() -> _Tables:
     torch_fns = _torch_functions()
     for sid, sym in symbols.items():
         signatures[sid] = signature_of(sym)
-        named = _torch_function_named(sid)
+        named = auto_registered.torch_function_named(sid)
         derived = _from_schema(sym, torch_fns.get(sid) or ([named] if named is not None else []))
         if sid in explicit:
             effects_by_key[sid] = explicit[sid] if derived is None else explicit[sid] | derived
@@ -317,7 +285,7 @@ def _build_tables() -> _Tables:
         elif derived is not None:
             effects_by_key[sid] = derived
             categories[sid] = "schema-derived"
-        elif (contract := _auto_registered(sid, sym, torch_fns.get(sid) or [])) is not None:
+        elif (contract := auto_registered.contract(sid, sym, torch_fns.get(sid) or [])) is not None:
             effects_by_key[sid], categories[sid] = contract, "declared"
     for sym, eff in collectives.declarations().items():  # after the IN_PLACE convention, which they refine
         effects_by_key[sym.id], categories[sym.id], signatures[sym.id] = eff, "declared", signature_of(sym)
