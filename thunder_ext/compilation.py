@@ -155,11 +155,15 @@ class InterpreterTables:
     """Thunder's ``Tensor`` methods that check the call binds first: name -> (Thunder's, the replacement)."""
     properties: Mapping[str, Callable[..., Any]]
     """New ``Tensor`` properties by name."""
+    opcode_handlers: Mapping[str, Callable[..., Any]]
+    """Replaced interpreter opcode handlers by opcode name."""
 
 
-def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]]) -> InterpreterTables:
+def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]],
+                       opcode_map: Mapping[str, Callable[..., Any]]) -> InterpreterTables:
     """Steps 2-3: the interpreter's and the language context's new entries. ``lookaside_map`` is Thunder's table (a
-    lookaside may wrap the entry it replaces)."""
+    lookaside may wrap the entry it replaces), ``opcode_map`` the interpreter's opcode handlers (each replacement
+    wraps Thunder's)."""
     object_setattr = module_state.synced_setattr(interpreter_state.owned_setattr(lookaside_map[object.__setattr__]))
     added = (opaque_torch.lookasides() | interpreter_state.lookasides() | seeding.lookasides()
              | overloads.lookasides(lookaside_map) | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
@@ -168,7 +172,9 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]]) -> Interpre
              | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map) | unknown_numbers.lookasides())
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
     methods = opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods() | tensor_attributes.methods()
-    return InterpreterTables(added, methods, overloads.methods(), optimizers.properties())
+    return InterpreterTables(added, methods, overloads.methods(),
+                             optimizers.properties() | overloads.properties(),
+                             interpreter_state.opcode_handlers(opcode_map))
 
 
 def gradient_tables() -> tuple[Mapping[Any, Any], Mapping[Any, Callable[[Any], Any]]]:
@@ -237,12 +243,27 @@ def _place_aliases(results: Any, call: _Call) -> Any:
     return TraceResults(prologue, results.computation_trace, results.epilogue_trace, results.interpreter_log)
 
 
+def _keep_buffers_in_place(results: Any, call: _Call) -> Any:
+    """A buffer rebound to the tensor it already is (the result of an in-place op on it) is not rebound: a new
+    epilogue without those writes (:func:`thunder_ext.python_state.module_state.rebinds_in_place`)."""
+    if results.epilogue_trace is None:
+        return results
+    objects = arguments.epilogue_values(results.prologue_trace, results.epilogue_trace, call.fn, call.args,
+                                        call.kwargs)
+    kept = module_state.rebinds_in_place(results.epilogue_trace, results.computation_trace, objects, call.tensors)
+    if kept is None:
+        return results
+    epilogue = with_bound_symbols(results.epilogue_trace, kept, "Buffers mutated in place kept (thunder-effects)")
+    return TraceResults(results.prologue_trace, results.computation_trace, epilogue, results.interpreter_log)
+
+
 def _functionalize(results: Any, call: _Call) -> Any:
     """A differentiated compilation's computation without writes (the autograd split sees dataflow)."""
     return autograd_boundary.after_acquire(results, call.aliases)
 
 
-AFTER_ACQUISITION: tuple[Callable[[Any, _Call], Any], ...] = (_refuse_untraceable, _place_aliases, _functionalize)
+AFTER_ACQUISITION: tuple[Callable[[Any, _Call], Any], ...] = (_refuse_untraceable, _place_aliases,
+                                                               _keep_buffers_in_place, _functionalize)
 """Step 4, in order: eager's errors first; differentiated compilations then see the trace without writes. Each
 step takes the acquisition's results and the call and returns new results (new traces where it changed one; the
 traces it was given are left as they are)."""

@@ -74,6 +74,14 @@ def test_schema_derived_pure_op():
     assert lookup(ltorch.mul.id).effects.is_pure
 
 
+def test_auto_registered_functions_without_a_schema_follow_thunders_contract():
+    """out-of-place (``F.multi_head_attention_forward``); a ``Tensor`` method's result may be ``self``; a function
+    with an ``inplace`` argument writes when the call says so: opaque"""
+    assert lookup("torch.nn.functional.multi_head_attention_forward").effects.is_pure
+    assert lookup("Tensor.cfloat").effects.aliases and not lookup("Tensor.cfloat").effects.written
+    assert lookup("torch.nn.functional.dropout1d").effects.opaque
+
+
 def test_unknown_executor_symbol_is_opaque():
     assert lookup(("my_kernel", "some_executor")).effects.opaque
 

@@ -197,3 +197,31 @@ def test_a_module_made_inside_the_function_is_tagged_by_dynamo_uninterpreted(mon
         torch.testing.assert_close(jitted(x), x * 2)
         torch.testing.assert_close(jitted(x), x * 2)  # the cache hit
     assert all(module in registry for module in earlier)  # nothing iterated, nothing lost
+
+
+class _RebindsInPlace(nn.Module):
+    """``self.b = <an in-place op on self.b>``: eager's attribute still holds the buffer it mutated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+        self.register_buffer("b", torch.ones(3))
+        self.register_buffer("c", torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.b = self.b.add_(1)
+            self.c = torch.mul(self.c, 2, out=self.c)
+        return x * self.w * self.b * self.c
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["inference", "differentiated"])
+def test_a_buffer_rebound_to_itself_mutated_stays_the_same_tensor(requires_grad):
+    module = _RebindsInPlace().requires_grad_(requires_grad)
+    b, c = module.b, module.c
+    jitted = thunder_ext.jit(module, executors=["torch"])
+    for _ in range(3):
+        out = jitted(torch.ones(3))
+    assert module.b is b and module.c is c
+    torch.testing.assert_close((module.b, module.c, out), (torch.full((3,), 4.0), torch.full((3,), 8.0),
+                                                           torch.full((3,), 32.0)))

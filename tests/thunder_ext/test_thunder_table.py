@@ -26,6 +26,7 @@ EXPECTED_PRIVATE_NAMES = (
     "thunder.torch._syms_that_may_return_views",
     "thunder.torch.langctx._method_name_to_fn_map",
     "thunder.torch.langctx._property_name_to_fn_map",
+    "thunder.core.interpreter._default_opcode_handler_map",
     "thunder.core.jit_ext._general_jit_lookaside_map",
     "thunder.core.transforms._grad_fn_map",
     "thunder.torch._copy_",

@@ -55,7 +55,10 @@ def test_gradient_matrix_torchcompile_subset(name: str, fusion_type: str):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
-@pytest.mark.parametrize("case", [c for c in CASES if c.name not in TORCHCOMPILE_SUBSET], ids=lambda c: c.name)
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c.name, marks=() if c.torchcompile_issue is None
+                 else pytest.mark.xfail(strict=True, raises=KeyError, reason=c.torchcompile_issue))
+    for c in CASES if c.name not in TORCHCOMPILE_SUBSET])
 def test_gradient_matrix_torchcompile_all(case: Case, fusion_type: str):
     assert mismatches(case, _jit(executors=["torchcompile"], fusion_type=fusion_type)) == []
 

@@ -9,9 +9,10 @@ Where the effects come from — the :data:`Category` of each symbol, reported by
 * ``declared`` — the explicit table below: the prims that are not pure (``copy_``, RNG, ``print``, views,
   ``update_aliases``, bookkeeping), composite symbols with hidden writes (``batch_norm`` writes its running
   statistics through inner ``copy_``\\ s, although ``aten::batch_norm``'s schema does not say so), symbols tagged
-  ``IN_PLACE`` without a usable schema (Thunder's convention: the first tensor argument is written), and the
-  distributed collectives and bookkeeping prims (:mod:`thunder_ext.declare.collectives`: ordered per process group on
-  ``comm[group]``, with effects that depend on constant arguments such as ``skip_clone``);
+  ``IN_PLACE`` without a usable schema (Thunder's convention: the first tensor argument is written), auto-registered
+  functions without a schema (:mod:`thunder_ext.declare.auto_registered`), and the distributed collectives and
+  bookkeeping prims (:mod:`thunder_ext.declare.collectives`: ordered per process group on ``comm[group]``, with
+  effects that depend on constant arguments such as ``skip_clone``);
 * ``schema-derived`` — ltorch symbols whose torch function maps to an ATen op: writes, views and RNG effects of
   its ``FunctionSchema`` (:mod:`effects.schema`), moved onto the Thunder signature by parameter name (``self`` is
   the first parameter, other unmatched positional parameters by position);
@@ -56,7 +57,7 @@ from thunder.core.prims import OpTags, PrimIDs
 from thunder.core.symbol import Symbol
 from thunder.executors import torchex
 
-from . import collectives
+from . import auto_registered, collectives
 from ..host.names import MAY_VIEW_SYMBOLS, METHOD_TABLE, TORCH_FUNCTION_MAP, VIEW_SYMBOLS
 from ..host.reliances import DISPATCH_CLOSURE
 from .keys import impl_key, python_signature, signature_of
@@ -148,18 +149,6 @@ def _torch_functions() -> dict[Hashable, list[object]]:
         for sym in _symbols_behind(value):
             found.setdefault(sym.id, []).append(torch_fn)
     return found
-
-
-def _torch_function_named(dotted: object) -> object | None:
-    """``"torch.nn.functional.fold"`` -> the function (auto-registered symbols are named after it)."""
-    if not isinstance(dotted, str) or not dotted.startswith("torch."):
-        return None
-    obj: object = torch
-    for part in dotted.split(".")[1:]:
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
 
 
 def _ltorch_symbols() -> dict[Hashable, Symbol]:
@@ -288,7 +277,7 @@ def _build_tables() -> _Tables:
     torch_fns = _torch_functions()
     for sid, sym in symbols.items():
         signatures[sid] = signature_of(sym)
-        named = _torch_function_named(sid)
+        named = auto_registered.torch_function_named(sid)
         derived = _from_schema(sym, torch_fns.get(sid) or ([named] if named is not None else []))
         if sid in explicit:
             effects_by_key[sid] = explicit[sid] if derived is None else explicit[sid] | derived
@@ -296,6 +285,8 @@ def _build_tables() -> _Tables:
         elif derived is not None:
             effects_by_key[sid] = derived
             categories[sid] = "schema-derived"
+        elif (contract := auto_registered.contract(sid, sym, torch_fns.get(sid) or [])) is not None:
+            effects_by_key[sid], categories[sid] = contract, "declared"
     for sym, eff in collectives.declarations().items():  # after the IN_PLACE convention, which they refine
         effects_by_key[sym.id], categories[sym.id], signatures[sym.id] = eff, "declared", signature_of(sym)
 

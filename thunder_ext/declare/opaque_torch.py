@@ -18,6 +18,7 @@ extension points:
   ``Scalar[]`` argument given as 0-dim tensors (an optimizer's step sizes computed from the step *tensor*, see
   :mod:`thunder_ext.eager.optimizers`), which no overload takes, is stacked into the one 1-D tensor of the
   packet's ``Tensor scalars`` overload (``_foreach_addcdiv_``), the same values per list item;
+* in-place ``torch`` functions without a ``Tensor`` method (``torch.embedding_renorm_``) have a dispatcher too;
 * missing ``Tensor`` methods are entries of the torch language context's method table mapping to the dispatcher;
 * in-place methods whose out-of-place op Thunder has (``sigmoid_``, ``fill_``, ...) are not opaque: they trace as
   ``copy_(self, X(self, ...))``, Thunder's own definition of its in-place ops, so they differentiate and fuse;
@@ -60,6 +61,9 @@ from thunder.core.compile_data import get_compile_data
 from thunder.core.interpreter import interpreter_needs_wrap
 from thunder.core.jit_ext import ensure_recursive_proxies
 from thunder.core.prims import OpTags
+from thunder.core.pytree import tree_flatten
+from thunder.core.trace import get_tracectx
+import thunder.torch as ltorch
 from thunder.core.symbol import Symbol
 
 from ..host.names import GRAD_TABLE, METHOD_TABLE, TORCH_FUNCTION_MAP
@@ -69,7 +73,7 @@ from .plugin import OperatorExecutor
 
 __all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "supported", "operator_for", "opaque_method",
            "native_lookaside", "register_opaque", "executors_with", "lookasides", "methods", "grad_requiring",
-           "OpaqueUnderAutogradError", "refuse_under_autograd", "operators"]
+           "OpaqueUnderAutogradError", "refuse_under_autograd", "operators", "NO_HISTORY"]
 
 EXECUTOR_NAME = "thunder_effects_opaque_torch"
 
@@ -98,11 +102,19 @@ def _proxy(value: Any) -> Any:
     return value
 
 
+NO_HISTORY: frozenset[Any] = frozenset(sym.id for sym in (
+    ltorch.detach, ltorch.zeros_like, ltorch.ones_like, ltorch.empty_like, ltorch.full_like, ltorch.rand_like,
+    ltorch.randn_like, ltorch.randint_like))
+"""Symbol ids whose outputs eager holds without autograd history whatever their operands: ``detach`` and the
+``*_like`` factories (they read only the operand's metadata)."""
+
+
 def grad_requiring(bsyms: Sequence[Any]) -> set[str]:
     """Names of the tensors of ``bsyms`` (a trace's bound symbols, in order) that eager would hold with autograd
     history when grad mode is on: inputs (proxies nothing before made) that require grad, and the floating outputs
     of every bound symbol that reads one, except those computed under ``no_grad`` (Thunder tags them
-    ``DETACHED_AUTOGRAD_GRAPH``). Thunder's own ``requires_grad`` of an intermediate proxy is not that: it is
+    ``DETACHED_AUTOGRAD_GRAPH``) and those of :data:`NO_HISTORY`. Thunder's own ``requires_grad`` of an
+    intermediate proxy is not that: it is
     ``False`` for most of them."""
     made: set[str] = set()
     grad: set[str] = set()
@@ -111,7 +123,7 @@ def grad_requiring(bsyms: Sequence[Any]) -> set[str]:
         args = [p for p in bsym.flat_proxy_args if isinstance(p, TensorProxy)]
         grad.update(p.name for p in args if p.name not in made and p.requires_grad)
         made.update(o.name for o in outs)
-        if any(ProxyTag.DETACHED_AUTOGRAD_GRAPH in o.tags for o in outs):
+        if bsym.sym.id in NO_HISTORY or any(ProxyTag.DETACHED_AUTOGRAD_GRAPH in o.tags for o in outs):
             continue
         if any(p.name in grad for p in args):
             grad.update(o.name for o in outs if dtypes.is_inexact_dtype(o.dtype))
@@ -247,6 +259,19 @@ class OpaqueTorchOp:
     method: str | None = None
 
 
+def _needs_grad(cd: Any, operands: Any) -> bool:
+    """Whether a call with ``operands`` may be one autograd records: grad mode is on and, where the trace has values
+    that require grad (by eager's rule, :func:`grad_requiring`), an operand is one of them
+    (``torch.embedding_renorm_(weight.detach(), ...)`` is not)."""
+    if cd is None:
+        return True
+    if not cd.is_grad_enabled:
+        return False
+    tensors = [t for t in tree_flatten(operands)[0] if isinstance(t, TensorProxy)]
+    grad = grad_requiring(get_tracectx().bound_symbols) if tensors else set()
+    return not grad or any(t.name in grad or t.requires_grad for t in tensors)
+
+
 def _dispatcher(name: str, packet: Any) -> Callable[..., Any]:
     def dispatch(*args: Any, **kwargs: Any) -> Any:
         cd = get_compile_data()
@@ -258,7 +283,7 @@ def _dispatcher(name: str, packet: Any) -> Callable[..., Any]:
             )
         overload, call_args, call_kwargs = _resolved(packet, args, kwargs)
         positional, keywords = _bind(overload, call_args, call_kwargs)
-        return operator_for(overload, grad_enabled=cd is None or bool(cd.is_grad_enabled))(*positional, **keywords)
+        return operator_for(overload, grad_enabled=_needs_grad(cd, (positional, keywords)))(*positional, **keywords)
 
     dispatch.__name__ = dispatch.__qualname__ = f"dispatch_{name}"
     return dispatch
@@ -330,8 +355,20 @@ def _opaque_method_names() -> list[str]:
                   and hasattr(torch.ops.aten, name))
 
 
+def _opaque_function_names() -> list[str]:
+    """Public in-place ``torch`` functions Thunder lacks that have no ``Tensor`` method to call instead and are not
+    derived (``torch.embedding_renorm_``, what ``nn.Embedding(max_norm=...)`` writes its weight with): they run as
+    opaque torch calls of their ATen op."""
+    mapped = TORCH_FUNCTION_MAP.get()
+    return sorted(name for name in dir(torch)
+                  if inplace_name(name) and callable(getattr(torch, name)) and getattr(torch, name) not in mapped
+                  and getattr(torch, name) not in DERIVED_FUNCTIONS and not hasattr(torch.Tensor, name)
+                  and "sparse" not in name and hasattr(torch.ops.aten, name))
+
+
 def _register_all() -> tuple[OpaqueTorchOp, ...]:
     ops = [register_opaque(fn, packet) for fn, packet in _unmapped_foreach()]
+    ops += [register_opaque(getattr(torch, name), getattr(torch.ops.aten, name)) for name in _opaque_function_names()]
     ops += [opaque_method(name) for name in _opaque_method_names()]
     return tuple(ops)
 

@@ -32,6 +32,8 @@ name                                                  for
                                                       conversion); patched (eager's result-type rule)
 ``thunder.core.jit_ext._infer_name_postfix_from_pro…  patched: a tensor-keyed subscript spells its key's path
                                                       (dict_state)
+``thunder.core.interpreter._default_opcode_handler…  the interpreter's opcode handlers (``CALL_FUNCTION_EX``
+                                                      replaced: a starred non-sequence iterable)
 ``thunder.core.interpreter._interpret_call``          interprets a function from a lookaside (a tensor hook:
                                                       traced for the backward)
 ``InterpreterRuntimeCtx._known_wrappers``             the interpreter's wrapper of each object by id (one
@@ -102,8 +104,9 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES", "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS",
-           "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "PROPERTY_TABLE", "LOOKASIDE_TABLE", "GRAD_TABLE", "LTORCH_COPY",
-           "NAME_POSTFIX", "INTERPRET_CALL", "KNOWN_WRAPPERS", "ADDITIONAL_OUTPUTS", "CONSTRAINTS", "PROXIED_VALUES",
+           "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "PROPERTY_TABLE", "OPCODE_TABLE", "LOOKASIDE_TABLE", "GRAD_TABLE",
+           "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "KNOWN_WRAPPERS", "ADDITIONAL_OUTPUTS", "CONSTRAINTS",
+           "PROXIED_VALUES",
            "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
            "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS", "INPUT_ALIASES",
            "PLACED_ALIASES", "EPILOGUE_WRITES", "REBOUND", "HOOKS", "DCE_FIXPOINT", "RESOLVED", "FUSED", "RUNNER",
@@ -189,6 +192,8 @@ METHOD_TABLE = Private("thunder.torch.langctx", "_method_name_to_fn_map", Kind.M
                        "the Tensor methods of the torch language context; new entries for missing methods")
 PROPERTY_TABLE = Private("thunder.torch.langctx", "_property_name_to_fn_map", Kind.MODULE, ("host/patches",),
                          "the Tensor properties of the torch language context; new entries for missing ones")
+OPCODE_TABLE = Private("thunder.core.interpreter", "_default_opcode_handler_map", Kind.MODULE, ("host/patches",),
+                       "the interpreter's opcode handlers; entries replaced where CPython does more")
 LOOKASIDE_TABLE = Private("thunder.core.jit_ext", "_general_jit_lookaside_map", Kind.MODULE, ("host/patches",),
                           "the interpreter's lookasides; new entries for torch functions without a symbol")
 GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE,
@@ -202,7 +207,7 @@ NAME_POSTFIX = Private("thunder.core.jit_ext", "_infer_name_postfix_from_provena
                        "host/patches"),
                        "names proxied inputs after their access path; patched to spell tensor-keyed subscripts")
 INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE,
-                         ("eager/batch_norm", "eager/optimizers", "eager/transformers_compat",
+                         ("eager/batch_norm", "eager/optimizers", "eager/overloads", "eager/transformers_compat",
                           "python_state/interpreter_state", "python_state/list_state", "python_state/tensor_hooks"),
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
 KNOWN_WRAPPERS = Private("thunder.core.interpreter.InterpreterRuntimeCtx", "_known_wrappers", Kind.FIELD,
@@ -251,8 +256,9 @@ CHECK_IMPLS = tuple(
 )
 
 PRIVATE_NAMES: tuple[Private, ...] = (
-    TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, PROPERTY_TABLE, LOOKASIDE_TABLE, GRAD_TABLE,
-    LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, KNOWN_WRAPPERS, ADDITIONAL_OUTPUTS, CONSTRAINTS, PROXIED_VALUES,
+    TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, PROPERTY_TABLE, OPCODE_TABLE, LOOKASIDE_TABLE,
+    GRAD_TABLE, LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, KNOWN_WRAPPERS, ADDITIONAL_OUTPUTS, CONSTRAINTS,
+    PROXIED_VALUES,
     SIGINFO, UPDATE_FUSION_CALL_CTX, BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS,
     *REGION_FIELDS,
     CACHE_INFO_CTX, COMPILE_DATA_CTX, *CHECK_IMPLS,

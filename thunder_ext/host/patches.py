@@ -55,7 +55,7 @@ from ..compilation import STAND_INS, dist_utils
 from ..eager import transformers_compat
 from ..passes import cudagraph as effect_cudagraph
 from . import state
-from .names import GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, PROPERTY_TABLE, \
+from .names import GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, OPCODE_TABLE, PROPERTY_TABLE, \
     UPDATE_FUSION_CALL_CTX
 
 __all__ = ["Patch", "PATCHES", "OPTIONAL_LOOKASIDES", "optional_patches", "STAND_INS", "RUNNER_METHODS",
@@ -111,7 +111,8 @@ def _optional_module(name: str) -> Any | None:
 
 
 _TABLES: dict[str, dict[Any, Any]] = {
-    **{table.where: table.get() for table in (LOOKASIDE_TABLE, METHOD_TABLE, PROPERTY_TABLE, GRAD_TABLE)},
+    **{table.where: table.get() for table in (LOOKASIDE_TABLE, METHOD_TABLE, PROPERTY_TABLE, OPCODE_TABLE,
+                                                GRAD_TABLE)},
     "thunder.core.transforms.backward_impls": thunder_transforms.backward_impls,
 }
 
@@ -181,11 +182,13 @@ def _table_patches() -> list[Patch]:
     :func:`thunder_ext.compilation.gradient_tables`): a function Thunder already looks aside to (``F.dropout``,
     ``object.__setattr__``) keeps its entry behind the replacement."""
     lookaside_map, method_table, property_table = LOOKASIDE_TABLE.get(), METHOD_TABLE.get(), PROPERTY_TABLE.get()
-    tables = compilation.interpreter_tables(lookaside_map)
+    opcode_map = OPCODE_TABLE.get()
+    tables = compilation.interpreter_tables(lookaside_map, opcode_map)
     table = [Patch(lookaside_map, fn, lookaside_map.get(fn, ABSENT), new) for fn, new in tables.lookasides.items()]
     table += [Patch(method_table, name, ABSENT, sym) for name, sym in tables.methods.items()]
     table += [Patch(method_table, name, sym, checked) for name, (sym, checked) in tables.replaced_methods.items()]
     table += [Patch(property_table, name, ABSENT, prop) for name, prop in tables.properties.items()]
+    table += [Patch(opcode_map, name, opcode_map[name], handler) for name, handler in tables.opcode_handlers.items()]
     grad_rules, backward_fixes = compilation.gradient_tables()
     grad_map, backward_map = GRAD_TABLE.get(), thunder_transforms.backward_impls
     table += [Patch(grad_map, sym_id, grad_map.get(sym_id, ABSENT), rule) for sym_id, rule in grad_rules.items()]

@@ -24,7 +24,8 @@ wrapper peel                  the epilogue's ``no_grad``/``no_autocast`` decorat
 bytecode scan                 the conjunctive ``_should_fuse`` predicates (:data:`CONJUNCTION_CODE`)
 caller-frame check            ``ltorch.copy_`` calling ``_copy_`` (:data:`COPY_FRAME`)
 constructor bypass            ``Node`` (:data:`NODE_BYPASS`) and ``Region`` (:data:`REGION_BYPASS`)
-function copy                 ``_BatchNorm.forward`` interpreted under another identity (:data:`LOOKASIDE_COPY`)
+function copy                 ``_BatchNorm.forward``, ``F.embedding`` interpreted under another identity
+                              (:data:`LOOKASIDE_COPY`)
 ============================  ================================================================================
 """
 
@@ -182,9 +183,9 @@ REGION_BYPASS = Touch(
     Reliance.BYPASS, "thunder.executors.utils.Region", tuple(f.name for f in REGION_FIELDS), ("host/fast.region",),
     "the same region built in linear time (Thunder's constructor scans the member list per proxy)")
 LOOKASIDE_COPY = Touch(
-    Reliance.COPY, "thunder.core.jit_ext._general_jit_lookaside_map (keyed by function identity)", ("forward",),
-    ("eager/batch_norm._forward_lookaside",),
-    "torch's _BatchNorm.forward interpreted from its own lookaside without coming back to it")
+    Reliance.COPY, "thunder.core.jit_ext._general_jit_lookaside_map (keyed by function identity)",
+    ("forward", "embedding"), ("eager/batch_norm._forward_lookaside", "eager/overloads._renorming_embedding"),
+    "torch's _BatchNorm.forward and F.embedding interpreted from their own lookasides without coming back to them")
 
 RELIANCES: tuple[Touch, ...] = (
     DISPATCH_CLOSURE, TORCH_COMPILE_MERGE_CLOSURE, CUDAGRAPH_MERGE_CLOSURE, PROLOGUE_TIMER_CLOSURE,

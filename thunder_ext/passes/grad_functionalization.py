@@ -134,7 +134,8 @@ def _trace_proxies(trace: TraceCtx) -> dict[Hashable, Proxy]:
 
 def _grad_modes(adapted: AdaptedTrace, start: bool, side_effects: set[int]) -> list[bool]:
     """Whether autograd records each instruction's write: the grad mode it runs under (``set_grad_enabled``
-    switches it; ``copy_`` records its own), and never for a write into a ``detach``-ed tensor or a view of one,
+    switches it; ``copy_`` records its own), and never for a write into a ``detach``-ed tensor or a view of one
+    (by ``copy_`` or any writer whose written operands all are: ``torch.embedding_renorm_(weight.detach(), ...)``),
     nor for a kernel's side effect (``side_effects``, see :func:`_flatten_writers`)."""
     modes = []
     mode = start
@@ -142,14 +143,17 @@ def _grad_modes(adapted: AdaptedTrace, start: bool, side_effects: set[int]) -> l
     for bsym, inst in zip(adapted.bsyms, adapted.program.instructions, strict=True):
         if bsym.sym.id == "set_grad_enabled":
             mode = bool(bsym.args[0])
+        eff = inst.effects
         if bsym.sym.id is PrimIDs.COPY_ and "grad_enabled" in bsym.kwargs:
             written = set(operand_values(inst.inputs[1]))
             modes.append(bool(bsym.kwargs["grad_enabled"]) and not written & detached and id(bsym) not in side_effects)
+        elif eff is not None and not eff.opaque and eff.written:  # a writer whose written operands are all detached
+            written = {v for k in eff.written for v in operand_values(inst.inputs[k])}
+            modes.append(mode and not written <= detached)
         else:
             modes.append(mode)
         if bsym.sym.id == DETACH:
             detached.update(inst.outputs)
-        eff = inst.effects
         if eff is not None and not eff.opaque:
             for alias in eff.aliases:
                 if not alias.of_output and set(operand_values(inst.inputs[alias.operand])) & detached:

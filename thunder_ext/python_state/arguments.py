@@ -31,7 +31,8 @@ from thunder.core.trace import TraceCtx
 
 from .referents import DEREFERENCE, dereference
 
-__all__ = ["prologue_values", "argument_values", "argument_tensors", "alias_groups_of", "storage_pattern"]
+__all__ = ["prologue_values", "argument_values", "epilogue_values", "argument_tensors", "alias_groups_of",
+           "storage_pattern"]
 
 _UNPACKS: Mapping[Any, Callable[..., Any]] = {
     PrimIDs.UNPACK_GETITEM: operator.getitem,
@@ -73,10 +74,23 @@ def prologue_values(prologue: TraceCtx, fn: Any, args: Sequence[Any], kwargs: Ma
 def argument_values(prologue: TraceCtx, computation: TraceCtx, fn: Any, args: Sequence[Any],
                     kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The call's value of each computation argument (by name) that the prologue unpacks (:func:`prologue_values`)."""
+    return _returned_values(prologue, computation, 0, fn, args, kwargs)
+
+
+def epilogue_values(prologue: TraceCtx, epilogue: TraceCtx, fn: Any, args: Sequence[Any],
+                    kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The call's value of each epilogue argument (by name) the prologue unpacks (the objects written back)."""
+    return _returned_values(prologue, epilogue, 1, fn, args, kwargs)
+
+
+def _returned_values(prologue: TraceCtx, trace: TraceCtx, which: int, fn: Any, args: Sequence[Any],
+                     kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``trace``'s arguments that are the prologue's returned group ``which`` (0: to the computation, 1: to the
+    epilogue), by name, as the call's values."""
     env = prologue_values(prologue, fn, args, kwargs)
-    pro_to_comp = prologue.bound_symbols[-1].args[0][0]
-    return {comp.name: env[pro.name] for comp, pro in zip(computation.args, pro_to_comp, strict=False)
-            if isinstance(comp, Proxy) and isinstance(pro, Proxy) and pro.name in env}
+    returned = prologue.bound_symbols[-1].args[0][which]
+    return {arg.name: env[pro.name] for arg, pro in zip(trace.args, returned, strict=False)
+            if isinstance(arg, Proxy) and isinstance(pro, Proxy) and pro.name in env}
 
 
 def argument_tensors(prologue: TraceCtx, computation: TraceCtx, fn: Any, args: Sequence[Any],

@@ -14,7 +14,11 @@ program takes another branch than eager, silently. Three classes of questions go
   (``torch._C._set_grad_enabled`` is a symbol that sets ``is_grad_enabled``; what is made while it is off is tagged
   ``DETACHED_AUTOGRAD_GRAPH``), but ``torch.is_grad_enabled()`` answered the *process's* mode, so ``enable_grad``
   nested in ``no_grad`` restored grad mode *on* at its exit: the rest of the ``no_grad`` block was differentiated.
-  :func:`is_grad_enabled` answers the traced mode. ``torch._C._InferenceMode`` (what ``inference_mode`` enters)
+  :func:`is_grad_enabled` answers the traced mode. Autocast likewise: Thunder traces ``torch.autocast`` blocks
+  onto its compile data's autocast stack (the caller's autocast first, part of the cache key), but
+  ``torch.is_autocast_enabled("cpu")`` inside ``autocast(enabled=False)`` answered ``True``;
+  :func:`is_autocast_enabled` and :func:`get_autocast_dtype` answer the traced state.
+  ``torch._C._InferenceMode`` (what ``inference_mode`` enters)
   switched the process into inference mode at trace time and the trace not at all; inside the trace it is
   :class:`TracedInferenceMode`, which turns the traced grad mode off (the values it makes have no autograd
   history, as eager's inference tensors).
@@ -40,6 +44,7 @@ Cost: a dict lookup per ``object.__setattr__`` in the trace; a pass over the bou
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -53,6 +58,7 @@ import thunder.torch as ltorch
 from thunder.core import dtypes
 from thunder.core.compile_data import get_compile_data
 from thunder.core.devices import to_torch_device
+from thunder.core.dtypes import to_torch_dtype
 from thunder.core.interpreter import WrappedValue, interpreter_needs_wrap, unwrap, wrap_const
 from thunder.core.proxies import ProxyTag, TensorProxy
 from thunder.core.trace import get_tracectx
@@ -62,7 +68,9 @@ from ..declare.declarations import ASSERT
 from ..declare.opaque_torch import executor
 
 __all__ = ["METADATA", "NO_HISTORY", "SAME_LEAF", "TracedInferenceMode", "TracedGradFn", "owned_setattr",
-           "is_grad_enabled", "requires_grad", "torch_device", "asking_leaves", "leaf_checks", "lookasides"]
+           "is_grad_enabled", "is_autocast_enabled", "get_autocast_dtype", "requires_grad", "torch_device",
+           "asking_leaves", "leaf_checks", "lookasides",
+           "call_function_ex", "opcode_handlers"]
 
 
 # --- context managers and grad mode ------------------------------------------------------------------------------
@@ -89,6 +97,24 @@ def is_grad_enabled() -> bool:
     process's."""
     cd = get_compile_data()
     return torch.is_grad_enabled() if cd is None else cd.is_grad_enabled
+
+
+def is_autocast_enabled(device_type: str | None = None) -> bool:
+    """``torch.is_autocast_enabled(device_type)`` inside the trace: whether the traced autocast state (Thunder's
+    compile data: the caller's autocast, part of the cache key, then the ``torch.autocast`` blocks entered in the
+    function) casts on ``device_type`` (``None``: CUDA, as torch's legacy form), not the process's state."""
+    cd = get_compile_data()
+    if cd is None:
+        return torch.is_autocast_enabled() if device_type is None else torch.is_autocast_enabled(device_type)
+    return cd.autocast_stack.get_dtype_for_device_if_enabled(device_type or "cuda") is not None
+
+
+def get_autocast_dtype(device_type: str) -> torch.dtype:
+    """``torch.get_autocast_dtype(device_type)`` inside the trace: the dtype of the innermost traced autocast state of
+    ``device_type``, else the process's."""
+    cd = get_compile_data()
+    entries = [] if cd is None else [dtype for device, dtype, _ in cd.autocast_stack.stack if device == device_type]
+    return to_torch_dtype(entries[-1]) if entries else torch.get_autocast_dtype(device_type)
 
 
 class TracedInferenceMode:
@@ -305,14 +331,44 @@ def torch_device(*args: Any, **kwargs: Any) -> torch.device:
 
 
 def lookasides() -> dict[Any, Callable[..., Any]]:
-    """Interpreter lookasides (:mod:`thunder_ext.host.patches`): ``torch.is_grad_enabled``, ``torch._C._InferenceMode``,
+    """Interpreter lookasides (:mod:`thunder_ext.host.patches`): ``torch.is_grad_enabled``, the autocast queries
+    (``is_autocast_enabled``, ``is_autocast_cpu_enabled``, ``get_autocast_dtype``), ``torch._C._InferenceMode``,
     ``torch.device``, the getters of :data:`METADATA` and ``TensorProxy.__getattr__`` (for ``is_leaf``, ``grad_fn``,
     ``layout``)."""
     table: dict[Any, Callable[..., Any]] = {
         torch.is_grad_enabled: interpreter_needs_wrap(is_grad_enabled),
+        torch.is_autocast_enabled: interpreter_needs_wrap(is_autocast_enabled),
+        torch.is_autocast_cpu_enabled: interpreter_needs_wrap(functools.partial(is_autocast_enabled, "cpu")),
+        torch.get_autocast_dtype: interpreter_needs_wrap(get_autocast_dtype),
         torch.device: interpreter_needs_wrap(torch_device),
         torch._C._InferenceMode: _inference_mode,
         _PROXY_GETATTR: _getattr_lookaside,
     }
     table.update({getattr(TensorProxy, name).fget: interpreter_needs_wrap(answer) for name, answer in METADATA.items()})
     return table
+
+
+# --- calls with a starred iterable ------------------------------------------------------------------------------
+def call_function_ex(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The interpreter's ``CALL_FUNCTION_EX`` handler (``f(*args, **kwargs)``), ``original`` behind it: CPython
+    turns a starred argument that is not a tuple or list into a tuple first (``f(*(g(i) for i in ...))``, as
+    ``torch.nn.utils.parametrize``'s multi-tensor parametrizations call theirs); Thunder's handler takes its length
+    ("object of type 'generator' has no len()"). Such an argument is interpreted as ``tuple(args)`` first."""
+    def handler(inst: Any, /, stack: Any, **kwargs: Any) -> Any:
+        keywords = stack.pop_wrapped() if inst.arg & 0x01 else None
+        args = stack.pop_wrapped()
+        if not isinstance(unwrap(args), (tuple, list)):
+            args = INTERPRET_CALL.get()(tuple, args)
+            if not isinstance(args, WrappedValue):  # the iteration raised: the interpreter's signal
+                return args
+        stack.append(args)
+        if keywords is not None:
+            stack.append(keywords)
+        return original(inst, stack=stack, **kwargs)
+
+    return handler
+
+
+def opcode_handlers(current: Mapping[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+    """Replaced entries of the interpreter's opcode handler table (``current``; :mod:`thunder_ext.host.patches`)."""
+    return {"CALL_FUNCTION_EX": call_function_ex(current["CALL_FUNCTION_EX"])}

@@ -31,7 +31,11 @@ it).
 Both write the
 original module (through ``ThunderModule.get_submodule``, which hands out the original submodules) and, for
 buffers, the ``ThunderModule``'s override that later calls read — so later calls *and* the original module see the
-new tensor, as in eager — detached where eager's value has no autograd history (:func:`without_grad`). Both are
+new tensor, as in eager — detached where eager's value has no autograd history (:func:`without_grad`). A buffer
+rebound to the result of an in-place op on itself (``self.b = self.b.add_(1)``; ``spectral_norm``'s
+``self._u = F.normalize(..., out=self._u)``) is the same tensor in eager: such writes are dropped
+(:func:`rebinds_in_place`, a step after acquisition) — a differentiated compilation's functional new value would
+otherwise replace the buffer the caller holds, which gets its new data through the write-back anyway. Both are
 epilogue operators ordered on the ``global`` resource (Python object state), like Thunder's ``pack_buffer``. Cost:
 one pass over the recorded modifications, the epilogue and (in differentiated compilations) the computation trace,
 at trace time; a ``requires_grad`` test per write at run time.
@@ -57,7 +61,7 @@ runs it on the real module, as eager does, uninterpreted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import torch
@@ -72,13 +76,14 @@ from thunder.core.module import ThunderModule
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import Proxy, TensorProxy
 
+from ..declare.adapter import adapt
 from ..host.names import ADDITIONAL_OUTPUTS
 from . import object_state
 from .dict_state import is_attribute_dict, reachable
 from ..declare.opaque_torch import executor, grad_requiring
 
 __all__ = ["SET_BUFFER", "SET_ATTRIBUTE", "attribute_writes", "drop_created", "named_buffer_write", "without_grad",
-           "synced_setattr", "lookasides"]
+           "rebinds_in_place", "synced_setattr", "lookasides"]
 
 
 def _original(module: Any) -> Any:
@@ -216,6 +221,46 @@ def named_buffer_write(bsym: Any, without_grad: Callable[[Any], bool]) -> Any:
         return bsym
     root, name, value = bsym.args
     return SET_BUFFER.bind(root, name.lstrip("."), value, without_grad(value), output=None)
+
+
+def _in_place_bases(computation: Any) -> dict[str, str]:
+    """Value name -> the name of the tensor it *is*: an op's result that aliases an operand it writes is that
+    operand (torch's in-place and ``out=`` conventions return it: ``b.add_(1)``, ``copy_``, ``F.normalize(...,
+    out=b)``; a composite's alias may be only a *may*), followed back to the first."""
+    same: dict[str, str] = {}
+    for inst in adapt(computation).program.instructions:
+        eff = inst.effects
+        if eff is None or eff.opaque:
+            continue
+        for alias in eff.aliases:
+            operand = inst.values_at(alias.operand)
+            if not alias.of_output and alias.operand in eff.written and len(operand) == 1 \
+                    and alias.output < len(inst.outputs):
+                same[str(inst.outputs[alias.output])] = same.get(str(operand[0]), str(operand[0]))
+    return same
+
+
+def rebinds_in_place(epilogue: Any, computation: Any, objects: Mapping[str, Any],
+                     tensors: Mapping[str, torch.Tensor]) -> list[Any] | None:
+    """The epilogue's bound symbols without the :data:`SET_BUFFER` writes that rebind a buffer to the tensor it
+    already is (``self.b = self.b.add_(1)``, ``self._u = F.normalize(..., out=self._u)``): eager's attribute still
+    holds the tensor it mutated, and a differentiated compilation's new value of it (its data is written back into
+    the buffer) must not replace it. ``objects``/``tensors``: the call's epilogue and computation arguments by
+    name. ``None`` when there is none."""
+    writes = [b for b in epilogue.bound_symbols if b.sym is SET_BUFFER and isinstance(b.args[2], TensorProxy)]
+    if not writes:
+        return None
+    bases = _in_place_bases(computation)
+    dropped = set()
+    for bsym in writes:
+        root, name, value = bsym.args[:3]
+        module = objects.get(root.name) if isinstance(root, Proxy) else None
+        owner, _, attr = name.rpartition(".")
+        held = getattr(_original(module).get_submodule(owner), "_buffers", {}).get(attr) if module is not None \
+            else None
+        if held is not None and tensors.get(bases.get(value.name, value.name)) is held:
+            dropped.add(id(bsym))
+    return [b for b in epilogue.bound_symbols if id(b) not in dropped] if dropped else None
 
 
 def synced_setattr(original: Callable[..., Any]) -> Callable[..., Any]:
