@@ -63,7 +63,6 @@ from thunder.core.jit_ext import ensure_recursive_proxies
 from thunder.core.prims import OpTags
 from thunder.core.pytree import tree_flatten
 from thunder.core.trace import get_tracectx
-import thunder.torch as ltorch
 from thunder.core.symbol import Symbol
 
 from ..host.names import GRAD_TABLE, METHOD_TABLE, TORCH_FUNCTION_MAP
