@@ -34,6 +34,10 @@ from executor_configs import CONFIGS  # noqa: E402
 STEPS = 5
 VOCAB = 256
 LR = 1e-2
+# Parameter noise: Adam divides by the gradient's running scale, so an element whose gradient is rounding noise (the
+# attention's key bias: softmax ignores it) moves by up to ``lr`` per step in either direction, differently from
+# eager's rounding (measured: the optimizer state within 1e-7, such parameters up to 4e-4 apart at lr 1e-2). The
+# parameters are compared to ``lr / 20``; the state and the losses tightly.
 
 
 def small_gpt() -> nn.Module:
@@ -100,7 +104,7 @@ def assert_same(eager: Run, jitted: Run) -> None:
     torch.testing.assert_close(jitted.losses, eager.losses)
     assert jitted.lrs == pytest.approx(eager.lrs)
     for (name, p), q in zip(eager.model.named_parameters(), jitted.model.parameters(), strict=True):
-        torch.testing.assert_close(q, p, msg=name, rtol=1e-4, atol=1e-5)  # bias corrections: float32 vs float64
+        torch.testing.assert_close(q, p, msg=name, rtol=0, atol=LR / 20)  # see 'Parameter noise' above
         assert q.grad is None, name
         assert set(jitted.opt.state[q]) == {"step", "exp_avg", "exp_avg_sq"}
         for key, value in eager.opt.state[p].items():
