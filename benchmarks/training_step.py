@@ -1,0 +1,148 @@
+"""Per-step time of a whole training step of a small GPT, eager beside the compilers, in one run.
+
+    python benchmarks/training_step.py [--runs 20] [--warmup 3] [--max-seconds 10] [--threads 1]
+
+The step a user writes: a litgpt ``GPT`` (2 layers, ``n_embd`` 64, vocab 256, block 32), ``AdamW`` with weight decay
+and a tensor lr (so a changing lr is an input, not a recompilation — what torch.compile recommends), a cosine
+schedule, and per step::
+
+    loss = cross_entropy(fwd(idx), targets); loss.backward(); update(); sched.step()
+
+with ``update`` = ``clip_grad_norm_(params, 1.0); opt.step(); opt.zero_grad()``. Each compiler compiles ``fwd``
+(the model) and ``update`` separately, as a user would: eager (nothing compiled), ``torch.compile`` (Dynamo's caches
+reset first), stock ``thunder.jit``, ``thunder_ext.jit`` (default executors) and ``thunder_ext.jit`` with
+``executors=["torchcompile"]``. Reported: the first step (tracing and compiling ``fwd`` and the first ``update``)
+and the second (``update`` compiles again once the optimizer state exists), the median step after ``--warmup``
+steps, the ratios to eager and to torch.compile of the same run, and whether the first five losses match eager's.
+A compiler that fails records its error. Writes ``benchmarks/results/training_step.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+import thunder_ext  # the import shim; before thunder
+import thunder
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+from common import (describe_error, environment, fmt_seconds, markdown_table, median_time, time_call,  # noqa: E402
+                    write_results)
+
+VOCAB = 256
+CHECKED_STEPS = 5
+
+COMPILERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "eager": lambda f: f,
+    "torch.compile": torch.compile,
+    "thunder.jit": thunder.jit,
+    "thunder_ext.jit": thunder_ext.jit,
+    "thunder_ext.jit torchcompile": lambda f: thunder_ext.jit(f, executors=["torchcompile"]),
+}
+
+
+def batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(i)
+    return torch.randint(0, VOCAB, (8, 32), generator=g), torch.randint(0, VOCAB, (8, 32), generator=g)
+
+
+def training_step(jit: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[[int], torch.Tensor]:
+    """A fresh model, optimizer and schedule (same seed), the model and the update compiled by ``jit``: the step
+    on batch ``i``."""
+    import litgpt
+
+    torch.manual_seed(0)
+    config = litgpt.Config(n_layer=2, n_embd=64, n_head=4, block_size=32, vocab_size=VOCAB,
+                           padded_vocab_size=VOCAB, bias=True)
+    model = litgpt.GPT(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-3), weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=1000)
+
+    def update() -> None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+
+    fwd, jupdate = jit(model), jit(update)
+
+    def step(i: int) -> torch.Tensor:
+        idx, targets = batch(i)
+        loss = nn.functional.cross_entropy(fwd(idx).reshape(-1, VOCAB), targets.reshape(-1))
+        loss.backward()
+        jupdate()
+        sched.step()
+        return loss.detach()
+
+    return step
+
+
+def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    torch._dynamo.reset()
+    step = training_step(COMPILERS[name])
+    try:
+        first, first_s = time_call(step, (0,), "cpu")
+        second, second_s = time_call(step, (1,), "cpu")
+        losses = [first, second] + [step(i) for i in range(2, CHECKED_STEPS)]
+        timing = median_time(step, (CHECKED_STEPS,), "cpu", runs=args.runs, warmup=args.warmup,
+                             max_seconds=args.max_seconds)
+    except Exception as error:  # noqa: BLE001 - a failing compiler is a result of the benchmark
+        return {"compiler": name, "error": describe_error(error)}
+    return {"compiler": name, "first_step_s": first_s, "second_step_s": second_s, "timing": timing,
+            "losses": [float(loss) for loss in losses]}
+
+
+def report(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
+    eager = next(r for r in rows if r["compiler"] == "eager")
+    compiled = next((r for r in rows if r["compiler"] == "torch.compile" and "timing" in r), None)
+    table = []
+    for r in rows:
+        if "error" in r:
+            table.append([r["compiler"], "—", "—", "—", "—", "—", r["error"]])
+            continue
+        median = r["timing"].median_s
+        same = torch.allclose(torch.tensor(r["losses"]), torch.tensor(eager["losses"]), rtol=1e-4, atol=1e-5)
+        table.append([r["compiler"], fmt_seconds(r["first_step_s"]), fmt_seconds(r["second_step_s"]),
+                      f"{fmt_seconds(median)} (±{r['timing'].spread:.0%})",
+                      f"{median / eager['timing'].median_s:.2f}×",
+                      f"{median / compiled['timing'].median_s:.2f}×" if compiled else "—",
+                      "yes" if same else "NO"])
+    headers = ["compiler", "first step", "second step", "median step (IQR)", "vs eager", "vs torch.compile",
+               f"{CHECKED_STEPS} losses = eager"]
+    return (f"# Whole training step: small litgpt GPT, AdamW + clipping + cosine schedule\n\n"
+            f"`python benchmarks/training_step.py` — CPU, {env['torch_threads']} torch thread(s), torch "
+            f"{env['torch']}, lightning-thunder {env['lightning-thunder']}; machine load average at start "
+            f"{env['load_average']} on {env['cpu_count']} cores (shared). Per step: jitted forward, "
+            f"`loss.backward()`, jitted `clip_grad_norm_ + opt.step() + opt.zero_grad()`, `sched.step()`; "
+            f"batch 8×32, tensor lr.\n\n" + markdown_table(headers, table) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--max-seconds", type=float, default=10.0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only", nargs="*", choices=list(COMPILERS), default=list(COMPILERS))
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(args.threads)
+    env = {**environment("cpu"), "load_average": [round(x, 1) for x in os.getloadavg()]}
+    rows = []
+    for name in dict.fromkeys(["eager", *args.only]):
+        print(f"  {name} ...", file=sys.stderr, flush=True)
+        rows.append(measure(name, args))
+        print(f"    {rows[-1].get('error') or fmt_seconds(rows[-1]['timing'].median_s)}", file=sys.stderr, flush=True)
+    markdown = report(rows, env)
+    write_results("training_step", {"environment": env, "args": vars(args), "rows": rows}, markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
