@@ -62,6 +62,7 @@ import thunder.transforms.autodiff as autodiff
 import thunder.transforms.cudagraph as cudagraph
 import torch
 import torch.distributed
+from thunder.core.proxies import NumberProxy
 from thunder.core.trace import TraceResults
 
 from .declare import opaque_grad, opaque_torch
@@ -110,6 +111,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "unpack_inputs": (jit_ext.unpack_inputs, _unpack_inputs),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
     **unknown_numbers.STAND_INS,
+    "__bool__": (NumberProxy.__bool__, data_dependent.deciding_bool(unknown_numbers.checked_bool)),
     "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),
     # 5-6: input aliases, DCE, gradients
@@ -169,7 +171,7 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]],
              | overloads.lookasides(lookaside_map) | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
              | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
-             | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map) | unknown_numbers.lookasides())
+             | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map, unknown_numbers.EXTREMES))
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
     methods = opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods() | tensor_attributes.methods()
     return InterpreterTables(added, methods, overloads.methods(),

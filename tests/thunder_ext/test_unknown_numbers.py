@@ -34,10 +34,18 @@ def _python_float(x):
     return x * float(x.norm().item())
 
 
-@pytest.mark.parametrize("fn", [_python_float, _alpha])
-def test_a_run_time_number_converted_to_python_raises_instead_of_a_baked_branch(fn):
+def test_a_run_time_number_converted_to_a_python_float_raises_instead_of_a_baked_value():
     with pytest.raises(UnknownNumberError, match=r"known only when the program runs"):
-        thunder_ext.jit(fn, executors=["torch"])(torch.ones(3))
+        thunder_ext.jit(_python_float, executors=["torch"])(torch.ones(3))
+
+
+def test_thunders_own_branch_on_a_run_time_number_is_decided_on_the_call():
+    """``add``'s meta skips ``alpha`` when ``alpha != 1``: decided on the call's values and guarded (two outcomes,
+    two compilations), never Thunder's ``bool(None)``."""
+    jf = thunder_ext.jit(_alpha, executors=["torch"])
+    for x in (torch.full((4,), 0.5), torch.full((4,), 2.0), torch.full((4,), 0.5), torch.full((4,), 3.0)):
+        torch.testing.assert_close(jf(x), _alpha(x))  # alpha = x.norm(): 1.0 for the first, 4.0 for the second
+    assert thunder.cache_misses(jf.__wrapped__) == 2
 
 
 @pytest.mark.parametrize("fn", [_max_of_numbers, _min_of_numbers])

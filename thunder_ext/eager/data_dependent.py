@@ -25,6 +25,10 @@ A decision is found in the prologue by the call's tensor (``prologue_values``), 
 computation never reads is guarded too; a slice that writes a leaf sharing storage with another is refused (the
 clone would hide the write).
 
+``max``/``min`` with a tensor among their values compare in C, past the interpreter's ``bool``: their lookasides
+make the builtin's choice with each comparison decided the same way (``torch.optim.ASGD``'s ``max(1, step - t0)``);
+without tensors they defer to :mod:`thunder_ext.eager.unknown_numbers` (run-time numbers, no guard needed).
+
 Cost on every call of a compilation with such a branch: one run of each slice (scalar arithmetic on the step for
 RAdam: ~0.4 ms per slice on the 2-core CI machine, one slice per parameter and branch; for GradScaler the unscale
 of clones of every gradient, and the found-inf reduction). Not covered: ``int(t)``/``float(t)`` of a tensor (Thunder's
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
+import operator
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -47,7 +52,8 @@ import torch
 import thunder.core.prims as prims
 from thunder.core.codeutils import SigInfo
 from effects import EdgeKind, DependencyGraph
-from thunder.core.interpreter import do_raise, get_interpreterruntimectx, unwrap, wrap_const
+from thunder.core.interpreter import (do_raise, get_interpreterruntimectx, interpreter_needs_wrap, unwrap,
+                                      wrap_const)
 from thunder.core.proxies import NumberProxy, Proxy, TensorProxy
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, get_tracectx, tracectx
@@ -61,7 +67,8 @@ from ..declare.opaque_torch import executor
 from ..host.names import PROXIED_VALUES, SIGINFO
 from effects import Effects, ResourceEffect
 
-__all__ = ["DataDependentBranchError", "Decision", "SAME_DECISION", "deciding", "decided", "guards", "lookasides"]
+__all__ = ["DataDependentBranchError", "Decision", "SAME_DECISION", "deciding", "deciding_bool", "decided", "guards",
+           "lookasides"]
 
 
 class DataDependentBranchError(NotImplementedError):
@@ -114,13 +121,18 @@ class _Acquisition:
         self.scanned: tuple[int, int] = (0, 0)  # (id of the bound-symbol list, how many of it were looked at)
 
     def computed_from_item(self, value: NumberProxy) -> bool:
-        bsyms = get_tracectx().bound_symbols
-        start = self.scanned[1] if self.scanned[0] == id(bsyms) else 0
-        for bsym in bsyms[start:]:
+        outer, *inner = get_tracectx().scopes
+        start = self.scanned[1] if self.scanned[0] == id(outer) else 0
+        self._scan(outer[start:])
+        self.scanned = (id(outer), len(outer))
+        for scope in inner:  # the symbols being traced right now (a meta's own comparisons): looked at each time
+            self._scan(scope)
+        return value.name in self.from_item
+
+    def _scan(self, bsyms: list[BoundSymbol]) -> None:
+        for bsym in bsyms:
             if bsym.sym.name == "item" or any(p.name in self.from_item for p in bsym.flat_proxy_args):
                 self.from_item |= {o.name for o in bsym.flat_proxy_outs if isinstance(o, NumberProxy)}
-        self.scanned = (id(bsyms), len(bsyms))
-        return value.name in self.from_item
 
 
 _acquisition: ContextVar[_Acquisition | None] = ContextVar("thunder_effects_decisions", default=None)
@@ -174,8 +186,9 @@ def _names(bsyms: list[BoundSymbol], leaves: list[Proxy]) -> set[str]:
 
 
 def _slice(target: Proxy, expression: str) -> _Slice:
-    """The slice of the trace so far that ``target`` depends on, as an executable function of its leaves."""
-    adapted = adapt_bsyms(list(get_tracectx().bound_symbols))
+    """The slice of the trace so far that ``target`` depends on, as an executable function of its leaves (the trace
+    so far: the bound symbols recorded, then those of each symbol whose meta is running, outermost first)."""
+    adapted = adapt_bsyms([b for scope in get_tracectx().scopes for b in scope])  # the open symbols' too
     graph = DependencyGraph.build(adapted.program)
     definer = next((i for i, inst in enumerate(adapted.program.instructions) if target.name in inst.outputs), None)
     members = [] if definer is None else _ancestors(graph, definer)
@@ -272,8 +285,31 @@ def _data_dependent(value: Any) -> bool:
     return isinstance(value, NumberProxy) and acquisition is not None and acquisition.computed_from_item(value)
 
 
-def lookasides(lookaside_map: Mapping[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
-    """The interpreter's ``bool`` (Thunder's lookaside behind it) deciding tensor values (see the module docstring)."""
+def _decided_extreme(fallback: Callable[..., Any], replaces: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    """``max``/``min`` with a tensor among the values: the builtin's own choice — the first extreme value itself,
+    replaced when ``replaces(value, best)`` — each comparison decided on the call's values (C code compares, so
+    the interpreter's ``bool`` never sees it); ``fallback`` without tensors."""
+    def extreme(*args: Any, **kwargs: Any) -> Any:
+        values = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
+        if kwargs or len(values) < 2 or not any(isinstance(v, TensorProxy) for v in values):
+            return fallback(*args, **kwargs)
+        best = values[0]
+        for value in values[1:]:
+            better = replaces(value, best)
+            if _data_dependent(better):
+                better = _decide(better, f"the comparison in {fallback.__name__}() at {_source()}")
+            if better:
+                best = value
+        return best
+
+    extreme.__name__ = extreme.__qualname__ = fallback.__name__
+    return extreme
+
+
+def lookasides(lookaside_map: Mapping[Any, Callable[..., Any]],
+               extremes: Mapping[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """The interpreter's ``bool`` (Thunder's lookaside behind it) deciding tensor values (see the module docstring),
+    and ``max``/``min`` over tensors (``extremes``: the functions for the other values, by builtin)."""
     original = lookaside_map[bool]
 
     def decided_bool(wrapped: Any) -> Any:
@@ -285,7 +321,22 @@ def lookasides(lookaside_map: Mapping[Any, Callable[..., Any]]) -> dict[Any, Cal
         except (DataDependentBranchError, RuntimeError) as error:  # RuntimeError: eager's, several elements
             return do_raise(error)
 
-    return {bool: decided_bool}
+    return {bool: decided_bool,
+            max: interpreter_needs_wrap(_decided_extreme(extremes[max], operator.gt)),
+            min: interpreter_needs_wrap(_decided_extreme(extremes[min], operator.lt))}
+
+
+def deciding_bool(checked: Callable[[Callable[..., Any], NumberProxy], Any]) -> Callable[..., Any]:
+    """A ``NumberProxy.__bool__`` stand-in for conversions the interpreter's ``bool`` never sees (Thunder's own
+    metas, ``alpha != 1`` in ``add``; comparisons in C code): a number computed from ``item`` decided the same way,
+    any other through ``checked`` (:mod:`thunder_ext.eager.unknown_numbers`' refusal of a number without a value)."""
+    def stand_in(original: Callable[..., Any], self: NumberProxy) -> Any:
+        if _data_dependent(self):
+            return _decide(self, f"bool({self.name}) at {_source()}")
+        return checked(original, self)
+
+    stand_in.__name__ = stand_in.__qualname__ = "decided_bool"
+    return stand_in
 
 
 # --- the guard ---------------------------------------------------------------------------------------------------

@@ -9,21 +9,21 @@ converted to ``bool`` by the builtin) is ``eps`` — baked into the program, sil
 step). ``__float__``/``__int__`` fail with a ``TypeError`` about ``None`` that names nothing.
 
 While the pipeline is active (these are stand-ins of :mod:`thunder_ext.compilation`, held by
-:func:`thunder_ext.host.patches.guarded`), converting such a proxy with ``bool()``, ``float()``, ``int()`` or
-``operator.index()`` — or the ``bool`` a comparison of one made (Thunder's ``convert_element_type`` meta turns the
-unknown value into ``bool(None)``) — raises :class:`UnknownNumberError` naming the proxy and the fix; numbers whose
-value is known (shapes, Python arguments) convert as before. This also catches Thunder's own metas that branch on
-such a number: ``ltorch.add``/``sub`` skip ``alpha`` when ``alpha != 1`` is false, so
-``p.add_(u, alpha=<run-time number>)`` used to ignore ``alpha``. A mechanism that decides a Python branch on a
-run-time value (evaluated on the call's values, guarded) takes over by deciding before the conversion is reached.
+:func:`thunder_ext.host.patches.guarded`), converting such a proxy with ``float()``, ``int()`` or
+``operator.index()`` raises :class:`UnknownNumberError` naming the proxy and the fix; numbers whose value is known
+(shapes, Python arguments) convert as before. ``bool()`` — also the ``bool`` of a comparison of one (Thunder's
+``convert_element_type`` meta turns the unknown value into ``bool(None)``), and Thunder's own metas that branch on
+one (``ltorch.add``/``sub`` skip ``alpha`` unless ``alpha != 1``, so ``p.add_(u, alpha=<run-time number>)`` used
+to ignore ``alpha``) — is decided on the call's values and guarded by
+:func:`thunder_ext.eager.data_dependent.deciding_bool`; :data:`checked_bool` raises only where that cannot apply.
 
 ``max``/``min`` of numbers (two or more arguments, or one list or tuple) where one is known only at run time need
-no branch: the interpreter looks them aside (:func:`lookasides`) to the same extreme computed at run time — the
+no branch: the interpreter looks them aside (:data:`EXTREMES`) to the same extreme computed at run time — the
 numbers as 0-dim tensors (``int64`` when all are ``int``, else ``float64``, the precision of a Python number),
 ``torch.maximum``/``torch.minimum``, ``Tensor.item()``. The result equals eager's (its type is the common one: an
 ``int`` that wins against a ``float`` comes back as that ``float``; a NaN argument wins, where the builtins return
 whichever comparison puts first). Adafactor's step size ``max(eps2, p.norm(2).item() / ...) * min(lr, ...)``
-traces this way (``foreach=True``; its ``foreach=False`` then meets the ``alpha`` branch above).
+traces this way.
 """
 
 from __future__ import annotations
@@ -37,11 +37,10 @@ import torch
 
 import thunder.torch as ltorch
 from thunder.core import prims
-from thunder.core.interpreter import interpreter_needs_wrap
 from thunder.core.proxies import IntegerProxy, NumberProxy
 from thunder.core.trace import get_tracectx
 
-__all__ = ["UnknownNumberError", "STAND_INS", "lookasides"]
+__all__ = ["UnknownNumberError", "STAND_INS", "checked_bool", "EXTREMES"]
 
 
 class UnknownNumberError(NotImplementedError):
@@ -76,13 +75,17 @@ def _checked(conversion: str) -> Callable[..., Any]:
     return stand_in
 
 
+checked_bool = _checked("bool")
+"""``NumberProxy.__bool__``'s refusal; :func:`thunder_ext.eager.data_dependent.deciding_bool` puts it behind the
+decision of a number computed from ``item``."""
+
 STAND_INS: dict[str, tuple[Any, Callable[..., Any]]] = {
-    "__bool__": (NumberProxy.__bool__, _checked("bool")),
     "__float__": (NumberProxy.__float__, _checked("float")),
     "__int__": (NumberProxy.__int__, _checked("int")),
     "__index__": (IntegerProxy.__index__, _checked("operator.index")),
 }
-"""``NumberProxy`` conversion (by name) -> (Thunder's, the checked stand-in); ``__index__`` is ``IntegerProxy``'s."""
+"""``NumberProxy`` conversion (by name) -> (Thunder's, the checked stand-in); ``__index__`` is ``IntegerProxy``'s.
+``__bool__`` is :data:`checked_bool` behind a decision (:mod:`thunder_ext.compilation`)."""
 
 
 def _extreme(builtin: Callable[..., Any], tensor_op: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,7 +102,7 @@ def _extreme(builtin: Callable[..., Any], tensor_op: Callable[..., Any]) -> Call
     return extreme
 
 
-def lookasides() -> dict[Any, Callable[..., Any]]:
-    """Interpreter lookasides (:mod:`thunder_ext.host.patches`): ``max``/``min`` of run-time numbers."""
-    return {builtins.max: interpreter_needs_wrap(_extreme(builtins.max, ltorch.maximum)),
-            builtins.min: interpreter_needs_wrap(_extreme(builtins.min, ltorch.minimum))}
+EXTREMES: dict[Any, Callable[..., Any]] = {builtins.max: _extreme(builtins.max, ltorch.maximum),
+                                           builtins.min: _extreme(builtins.min, ltorch.minimum)}
+"""``max``/``min`` of run-time numbers, by builtin: what the interpreter's lookasides for them do when no value is a
+tensor (:func:`thunder_ext.eager.data_dependent.lookasides` decides those)."""
