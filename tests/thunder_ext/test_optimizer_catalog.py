@@ -61,11 +61,25 @@ SWEEP = [c for c in CELLS if dict(c.options).get("foreach") is not False]
 """The torchcompile sweep: every optimizer that runs, foreach (or its only form)."""
 
 
+BFLOAT16_INSIDE = {"Muon": {"rtol": 5e-3, "atol": 5e-3}}
+"""Optimizers that compute in bfloat16 (Muon's Newton-Schulz iteration): Inductor fuses the bfloat16 ops without
+eager's rounding between them, so each step's update differs by about lr x bfloat16's eps (0.1 x 2^-7; measured
+8e-4 after one step, 2.7e-3 after three); float32 tolerance under the torch executor."""
+
+NUMBERS_IN_A_REGION = pytest.mark.xfail(
+    strict=True, raises=RuntimeError,
+    reason="Adafactor's `step_float ** beta2_decay` on a run-time number (Tensor.item()) lands in a torch.compile "
+           "region, whose torch executor has no kernel for number arithmetic (Thunder: 'Failed to find an executor "
+           "for bound symbol prims.pow')")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["torchcompile-consecutive", "torchcompile-dataflow"])
-@pytest.mark.parametrize("cell", SWEEP, ids=lambda c: c.id)
+@pytest.mark.parametrize("cell", [pytest.param(c, id=c.id, marks=[NUMBERS_IN_A_REGION] if c.optimizer == "Adafactor"
+                                               else []) for c in SWEEP])
 def test_step_matches_eager_with_torchcompile(cell, config):
-    outcome = run(cell, lambda step: thunder_ext.jit(step, **CONFIGS[config]), _misses)
+    outcome = run(cell, lambda step: thunder_ext.jit(step, **CONFIGS[config]), _misses,
+                  BFLOAT16_INSIDE.get(cell.optimizer))
     if outcome.error is not None:
         raise outcome.error
     assert outcome.status == "ok", outcome.detail

@@ -19,7 +19,7 @@ compiled step compiled. ``tests/thunder_ext/test_optimizer_catalog.py`` asserts 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,24 +108,27 @@ def _grads(params: list[torch.Tensor], step: int) -> list[torch.Tensor]:
     return [torch.randn(p.shape, generator=gen) for p in params]
 
 
-def _difference(eager: torch.optim.Optimizer, compiled: torch.optim.Optimizer) -> str | None:
-    """The first parameter or state value of ``compiled`` that is not ``eager``'s, or None."""
+def _difference(eager: torch.optim.Optimizer, compiled: torch.optim.Optimizer,
+                tolerance: Mapping[str, float]) -> str | None:
+    """The first parameter or state value of ``compiled`` that is not ``eager``'s (``assert_close`` with
+    ``tolerance``), or None."""
     pairs = zip(eager.param_groups, compiled.param_groups, strict=True)
     for g, (group, cgroup) in enumerate(pairs):
         for i, (p, q) in enumerate(zip(group["params"], cgroup["params"], strict=True)):
             values = [("param", p, q)] + [(k, v, compiled.state[q].get(k)) for k, v in eager.state[p].items()]
             for key, expected, actual in values:
                 try:
-                    torch.testing.assert_close(actual, expected)
+                    torch.testing.assert_close(actual, expected, **tolerance)
                 except (AssertionError, TypeError) as e:
                     return f"group {g} param {i} {key}: {str(e).splitlines()[0]}"
     return None
 
 
 def run(cell: Cell, compile_step: Callable[[Callable[[], Any]], Callable[[], Any]],
-        compiles: Callable[[Callable[[], Any]], int]) -> Outcome:
+        compiles: Callable[[Callable[[], Any]], int], tolerance: Mapping[str, float] | None = None) -> Outcome:
     """Step ``cell`` eagerly and through ``compile_step(optimizer.step)`` :data:`STEPS` times; compare after
-    each step (``compiles(compiled)``: its compile count)."""
+    each step (``compiles(compiled)``: its compile count; ``tolerance``: ``assert_close``'s ``rtol``/``atol``, its
+    float32 defaults when None)."""
     eager_params, params = cell.params(), cell.params()
     eager, optimizer = cell.make(eager_params), cell.make(params)
     try:
@@ -135,7 +138,7 @@ def run(cell: Cell, compile_step: Callable[[Callable[[], Any]], Callable[[], Any
                 p.grad, q.grad = g.clone(), g.clone()
             eager.step()
             step()
-            difference = _difference(eager, optimizer)
+            difference = _difference(eager, optimizer, tolerance or {})
             if difference is not None:
                 return Outcome("WRONG", f"step {i}: {difference}", compiles(step))
     except Exception as e:  # noqa: BLE001 - the outcome records any failure
