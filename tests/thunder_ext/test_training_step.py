@@ -10,7 +10,7 @@ torch.compile recommends for the same reason; the schedulers ``fill_`` it) is an
 update compiles twice (the call that creates the optimizer state, then every later step) however the lr moves.
 
 Compile times of the update are tens of seconds on two cores (the interpreter walks the foreach AdamW once per
-compilation), so the litgpt cells are ``slow``; the default cell runs the same step on a one-layer model.
+compilation), so every cell is ``slow`` (the one-layer model's cell takes ~7 s even on the torch executor).
 """
 
 from __future__ import annotations
@@ -121,7 +121,8 @@ def check(build: Callable[[], nn.Module], config: str, *, tensor_lr: bool, closu
     return jitted
 
 
-def test_whole_step_default_cell():
+@pytest.mark.slow
+def test_whole_step_on_the_smallest_model():
     """The step on the smallest model, torch executor: a tensor lr read on every call — two compilations."""
     jitted = check(Bigram, "torch", tensor_lr=True, closure=True)
     assert thunder.cache_misses(jitted.update.__wrapped__) == 2
