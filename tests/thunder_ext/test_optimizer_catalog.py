@@ -66,17 +66,9 @@ BFLOAT16_INSIDE = {"Muon": {"rtol": 5e-3, "atol": 5e-3}}
 eager's rounding between them, so each step's update differs by about lr x bfloat16's eps (0.1 x 2^-7; measured
 8e-4 after one step, 2.7e-3 after three); float32 tolerance under the torch executor."""
 
-NUMBERS_IN_A_REGION = pytest.mark.xfail(
-    strict=True, raises=RuntimeError,
-    reason="Adafactor's `step_float ** beta2_decay` on a run-time number (Tensor.item()) lands in a torch.compile "
-           "region, whose torch executor has no kernel for number arithmetic (Thunder: 'Failed to find an executor "
-           "for bound symbol prims.pow')")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["torchcompile-consecutive", "torchcompile-dataflow"])
-@pytest.mark.parametrize("cell", [pytest.param(c, id=c.id, marks=[NUMBERS_IN_A_REGION] if c.optimizer == "Adafactor"
-                                               else []) for c in SWEEP])
+@pytest.mark.parametrize("cell", SWEEP, ids=lambda c: c.id)
 def test_step_matches_eager_with_torchcompile(cell, config):
     outcome = run(cell, lambda step: thunder_ext.jit(step, **CONFIGS[config]), _misses,
                   BFLOAT16_INSIDE.get(cell.optimizer))

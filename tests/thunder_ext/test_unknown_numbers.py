@@ -66,3 +66,20 @@ def test_arithmetic_on_a_run_time_number_still_traces():
     for scale in (1.0, 4.0):
         x = torch.full((3,), scale)
         torch.testing.assert_close(jf(x), f(x))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+def test_arithmetic_on_a_run_time_number_stays_out_of_torch_compile_regions(fusion_type):
+    """A region's torch executor has no kernel for numbers (Thunder: "Failed to find an executor for bound symbol
+    prims.pow"): the partition keeps number arithmetic out of torch.compile regions (Adafactor's
+    ``step_float ** beta2_decay``)."""
+    def f(x):
+        n = x.sum().item()
+        return x * (n ** -0.8) + n * 2
+
+    jf = thunder_ext.jit(f, executors=["torchcompile"], fusion_type=fusion_type)
+    for scale in (1.0, 3.0):
+        x = torch.full((3,), scale)
+        torch.testing.assert_close(jf(x), f(x))
+    assert thunder.cache_misses(jf.__wrapped__) == 1

@@ -14,6 +14,9 @@ Kept out of regions (:func:`_kept_out_of_regions`, each decided from its own eff
 * in a joint forward-backward trace, writes (the argument write-backs functionalization leaves). Thunder's fusion
   pass then fuses each group of one whose member the executor can fuse, so the partition records them for the rest
   of that pass (:class:`_KeptOut`, read by :func:`thunder_ext.passes.fusion.can_fuse` through :func:`kept_out_ids`);
+* for torch.compile, arithmetic on numbers alone (:func:`_number_arithmetic`: a run-time number from
+  ``Tensor.item()`` raised to a power): the region's torch executor has no kernel for it ("Failed to find an
+  executor"), and it stays with the Python executor, recorded like the writes;
 * for the CUDA graph transform, ops that must not be captured (:attr:`effects.Effects.capturable` is false:
   ``torch.Tag.cudagraph_unsafe``, unknown effects), so the graphed region is split there
   (:func:`thunder_ext.passes.cudagraph.uncapturable_reason`, recorded for
@@ -38,6 +41,7 @@ from effects import DependencyGraph, Instruction, gc_paused, partition_members
 
 from thunder.core.compile_data import get_compile_option
 from thunder.core.prims import PrimIDs
+from thunder.core.proxies import NumberProxy, TensorProxy
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx
 
@@ -60,7 +64,8 @@ def fuse_bound_symbols(original: Callable[..., Any], trace: TraceCtx,
 # --- what the partition kept out, for the rest of the pass that asked -------------------------------------------
 @dataclass(frozen=True, slots=True)
 class _KeptOut:
-    """The writes of a joint forward-backward trace that its partition kept out of regions, valid for the rest of
+    """The bound symbols a partition kept out of regions and out of single-member fusions (the writes of a joint
+    forward-backward trace, number arithmetic bound for torch.compile), valid for the rest of
     the fusion pass that asked for the partition: ``owner`` is that pass's merge predicate (Thunder makes one
     closure per pass call), held weakly (a ``weakref.ref``) — once it is gone the pass is over, and the record is
     dropped (:func:`_keep_out`). Holds the bound symbols, so that their ids stay theirs while it is valid."""
@@ -111,6 +116,7 @@ def _kept_out_of_regions(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]
       in the forward what the forward's outputs need and bare ``copy_`` into forward values, so a fusion holding a
       write-back that nothing reads afterwards would move to the backward, and never run without one); they stay
       out of single-member fusions too (:func:`_keep_out`, read by :func:`thunder_ext.passes.fusion.can_fuse`);
+    * for torch.compile, number arithmetic (:func:`_number_arithmetic`), recorded the same way;
     * in a CUDA graph transform's pass, every one that must not be captured (the reason recorded on the
       transform's runner, for :func:`thunder_ext.passes.cudagraph_report.cuda_graph_report`)."""
     bsyms = trace.bound_symbols
@@ -118,6 +124,8 @@ def _kept_out_of_regions(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]
     writers: tuple[BoundSymbol, ...] = ()
     if isinstance(returned, dict) and "fw_flat_out" in returned:
         writers = tuple(b for b in bsyms if (e := bsym_effects(b)).opaque or e.written)
+    if inductor_guard.compiles_with_inductor(merge_func):
+        writers += tuple(b for b in bsyms if _number_arithmetic(b))
     _keep_out(merge_func, writers)
     kept = set(map(id, writers))
     transform = cudagraph.transform_of(merge_func)
@@ -131,6 +139,13 @@ def _kept_out_of_regions(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]
                 found.append((label_of(b.sym), reason))
         cudagraph.record_split(transform, found)
     return frozenset(kept)
+
+
+def _number_arithmetic(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` computes numbers from numbers (``step.item() ** -0.8``): no tensor in or out."""
+    outs = bsym.flat_proxy_outs
+    return (bool(outs) and all(isinstance(o, NumberProxy) for o in outs)
+            and not any(isinstance(a, TensorProxy) for a in bsym.flat_proxy_args))
 
 
 # --- the partition --------------------------------------------------------------------------------------------
