@@ -83,3 +83,22 @@ def test_arithmetic_on_a_run_time_number_stays_out_of_torch_compile_regions(fusi
         x = torch.full((3,), scale)
         torch.testing.assert_close(jf(x), f(x))
     assert thunder.cache_misses(jf.__wrapped__) == 1
+
+
+def test_a_known_false_inside_a_symbol_thunder_does_not_record_converts():
+    """Thunder pushes a ``None`` scope for a symbol it does not record (``Symbol.__call__``); a known ``False``
+    number converted there is ``False`` (Thunder's ``test_grad.py`` collection met it under ``install()``)."""
+    from thunder.core.proxies import IntegerProxy, NumberProxy
+    from thunder.core.trace import TraceCtx, tracectx
+
+    from thunder_ext.compilation import STAND_INS
+
+    original, stand_in = STAND_INS["__bool__"]
+    assert original is NumberProxy.__bool__
+    trace = TraceCtx()
+    with tracectx(trace):
+        trace.push_scope(None)
+        try:
+            assert stand_in(original, IntegerProxy(name="n", value=False)) is False
+        finally:
+            trace.pop_scope()

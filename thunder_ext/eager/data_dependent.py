@@ -126,7 +126,7 @@ class _Acquisition:
         self._scan(outer[start:])
         self.scanned = (id(outer), len(outer))
         for scope in inner:  # the symbols being traced right now (a meta's own comparisons): looked at each time
-            self._scan(scope)
+            self._scan(scope or [])  # None: a symbol Thunder does not record
         return value.name in self.from_item
 
     def _scan(self, bsyms: list[BoundSymbol]) -> None:
@@ -188,7 +188,7 @@ def _names(bsyms: list[BoundSymbol], leaves: list[Proxy]) -> set[str]:
 def _slice(target: Proxy, expression: str) -> _Slice:
     """The slice of the trace so far that ``target`` depends on, as an executable function of its leaves (the trace
     so far: the bound symbols recorded, then those of each symbol whose meta is running, outermost first)."""
-    adapted = adapt_bsyms([b for scope in get_tracectx().scopes for b in scope])  # the open symbols' too
+    adapted = adapt_bsyms([b for scope in get_tracectx().scopes for b in scope or ()])  # the open symbols' too
     graph = DependencyGraph.build(adapted.program)
     definer = next((i for i, inst in enumerate(adapted.program.instructions) if target.name in inst.outputs), None)
     members = [] if definer is None else _ancestors(graph, definer)

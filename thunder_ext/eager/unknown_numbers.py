@@ -56,7 +56,8 @@ def _unknown(n: NumberProxy) -> bool:
     trace = get_tracectx()
     if n.value is not False or trace is None:
         return False
-    producer = next((b for b in reversed(trace.scopes[-1]) if b.output is n), None)
+    scope = trace.scopes[-1] or ()  # Thunder pushes a None scope for a symbol it does not record
+    producer = next((b for b in reversed(scope) if b.output is n), None)
     return (producer is not None and producer.sym.id == prims.PrimIDs.CONVERT_ELEMENT_TYPE
             and isinstance(producer.args[0], NumberProxy) and _unknown(producer.args[0]))
 
