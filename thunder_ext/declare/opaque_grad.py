@@ -46,6 +46,7 @@ def flat_joint(augmented_forward: Callable[..., Any], backward: Callable[..., An
         thunder_transforms.put_grads(args, grads)
         return outputs
 
+    rule.joins = (augmented_forward, backward)  # type: ignore[attr-defined]  # the pair it is: one rule, not two
     return rule
 
 
