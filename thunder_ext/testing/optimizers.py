@@ -19,7 +19,7 @@ compiled step compiled. ``tests/thunder_ext/test_optimizer_catalog.py`` asserts 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,25 +109,26 @@ def _grads(params: list[torch.Tensor], step: int) -> list[torch.Tensor]:
 
 
 def _difference(eager: torch.optim.Optimizer, compiled: torch.optim.Optimizer,
-                tolerance: Mapping[str, float]) -> str | None:
+                tolerance: tuple[float, float] | None) -> str | None:
     """The first parameter or state value of ``compiled`` that is not ``eager``'s (``assert_close`` with
-    ``tolerance``), or None."""
+    ``tolerance``'s ``(rtol, atol)``, its defaults when None), or None."""
+    rtol, atol = tolerance or (None, None)
     pairs = zip(eager.param_groups, compiled.param_groups, strict=True)
     for g, (group, cgroup) in enumerate(pairs):
         for i, (p, q) in enumerate(zip(group["params"], cgroup["params"], strict=True)):
             values = [("param", p, q)] + [(k, v, compiled.state[q].get(k)) for k, v in eager.state[p].items()]
             for key, expected, actual in values:
                 try:
-                    torch.testing.assert_close(actual, expected, **tolerance)
+                    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
                 except (AssertionError, TypeError) as e:
                     return f"group {g} param {i} {key}: {str(e).splitlines()[0]}"
     return None
 
 
 def run(cell: Cell, compile_step: Callable[[Callable[[], Any]], Callable[[], Any]],
-        compiles: Callable[[Callable[[], Any]], int], tolerance: Mapping[str, float] | None = None) -> Outcome:
+        compiles: Callable[[Callable[[], Any]], int], tolerance: tuple[float, float] | None = None) -> Outcome:
     """Step ``cell`` eagerly and through ``compile_step(optimizer.step)`` :data:`STEPS` times; compare after
-    each step (``compiles(compiled)``: its compile count; ``tolerance``: ``assert_close``'s ``rtol``/``atol``, its
+    each step (``compiles(compiled)``: its compile count; ``tolerance``: ``assert_close``'s ``(rtol, atol)``, its
     float32 defaults when None)."""
     eager_params, params = cell.params(), cell.params()
     eager, optimizer = cell.make(eager_params), cell.make(params)
@@ -138,7 +139,7 @@ def run(cell: Cell, compile_step: Callable[[Callable[[], Any]], Callable[[], Any
                 p.grad, q.grad = g.clone(), g.clone()
             eager.step()
             step()
-            difference = _difference(eager, optimizer, tolerance or {})
+            difference = _difference(eager, optimizer, tolerance)
             if difference is not None:
                 return Outcome("WRONG", f"step {i}: {difference}", compiles(step))
     except Exception as e:  # noqa: BLE001 - the outcome records any failure
