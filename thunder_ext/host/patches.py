@@ -192,6 +192,10 @@ def _table_patches() -> list[Patch]:
     grad_rules, backward_fixes = compilation.gradient_tables()
     grad_map, backward_map = GRAD_TABLE.get(), thunder_transforms.backward_impls
     table += [Patch(grad_map, sym_id, grad_map.get(sym_id, ABSENT), rule) for sym_id, rule in grad_rules.items()]
+    # a rule that joins a symbol's own forward/backward pair takes the pair's place: one rule per symbol, never two
+    table += [Patch(backward_map, sym_id, backward_map[sym_id], ABSENT) for sym_id, rule in grad_rules.items()
+              if getattr(rule, "joins", None) == (thunder_transforms.augmented_forward_impls.get(sym_id),
+                                                  backward_map.get(sym_id))]
     table += [Patch(backward_map, sym_id, backward_map[sym_id], fix(backward_map[sym_id]))
               for sym_id, fix in backward_fixes.items()]
     return table

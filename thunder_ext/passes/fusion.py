@@ -30,6 +30,7 @@ from ..declare import collectives
 from ..declare.resolve import bsym_effects
 from ..host import fast
 from ..host.fast_fusion import can_fuse_memoized, can_fuse_replacement
+from ..host.names import GRAD_TABLE
 from .partition import kept_out_ids
 
 __all__ = ["can_fuse", "fuse", "draws_random_numbers", "TorchForFusion", "TORCH_FOR_FUSION"]
@@ -43,11 +44,15 @@ _refused: tuple[int, frozenset[Any]] = (-1, frozenset())
 
 def _torch_autograd_fallbacks() -> frozenset[Any]:
     """Ids of the backward symbols of the torch ops Thunder auto-registers (``detach_vjp``, ``narrow_vjp``, ...):
-    they differentiate by calling ``torch.autograd`` at run time."""
+    they differentiate by calling ``torch.autograd`` at run time. Those whose pair a grad-table rule joins
+    (:func:`thunder_ext.declare.opaque_grad.flat_joint`, its ``joins``) are out of ``backward_impls`` while the
+    patches are held: found through the rule."""
     from thunder.core.symbol import Symbol
     from thunder.core.transforms import backward_impls
 
-    return frozenset(v.id for v in backward_impls.values() if isinstance(v, Symbol) and v.name.endswith("_vjp"))
+    joined = (getattr(rule, "joins", (None, None))[1] for rule in GRAD_TABLE.get().values())
+    return frozenset(v.id for v in (*backward_impls.values(), *joined)
+                     if isinstance(v, Symbol) and v.name.endswith("_vjp"))
 
 
 def _refused_ids() -> frozenset[Any]:
