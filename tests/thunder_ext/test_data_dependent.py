@@ -20,6 +20,7 @@ from thunder_ext.eager.data_dependent import DataDependentBranchError  # noqa: E
 from thunder_ext.prologue_replay import GuardKind  # noqa: E402
 
 from executor_configs import CONFIGS, PARAMS  # noqa: E402
+from test_optimizers import _grads, _params  # noqa: E402
 
 
 def _tensor_branch(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -89,14 +90,7 @@ def test_a_branch_on_a_tensor_of_several_elements_raises_eagers_error():
 
 
 # --- torch.optim.RAdam: rho_t > 5 flips at the 6th step with beta2 = 0.9 -------------------------------------------
-def _params() -> list[torch.Tensor]:
-    torch.manual_seed(0)
-    return [torch.randn(4, 3, requires_grad=True), torch.randn(3, requires_grad=True)]
-
-
-def _grads(step: int) -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(100 + step)
-    return [torch.randn(4, 3, generator=gen), torch.randn(3, generator=gen)]
+# the parameters and per-step gradients of the optimizer tests (test_optimizers: _params, _grads)
 
 
 @pytest.mark.slow
