@@ -51,6 +51,7 @@ from typing import Any
 
 import thunder.core.jit_ext as jit_ext
 import thunder.core.interpreter as interpreter
+import thunder.core.proxies as proxies
 import thunder.core.rematerialization as remat_mod
 import thunder.core.transform_common as transform_common
 import thunder.core.transforms as thunder_transforms
@@ -70,12 +71,12 @@ from .eager import batch_norm, data_dependent, eager_checks, optimizers, overloa
 from .eager.grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
 from .host import fast, state
 from .host.fast import with_bound_symbols
-from .host.names import LTORCH_COPY, NAME_POSTFIX, UPDATE_FUSION_CALL_CTX
+from .host.names import INFER_TENSOR_PROPERTIES, LTORCH_COPY, NAME_POSTFIX, UPDATE_FUSION_CALL_CTX
 from .passes import autograd_boundary, cudagraph as effect_cudagraph, dce, fusion, partition, remat, split, waits
 from .passes.certificate import CollectiveCertificate
 from .passes.inplace_kernels import Reinplace
 from .passes.trace_verification import EffectVerification, verify_jitted
-from . import recompiles
+from . import dynamic_numbers, recompiles
 from .python_state import (arguments, dict_state, interpreter_state, list_state, module_state, object_state, rebinding,
                            referents, state_epilogue, tensor_attributes, tensor_hooks)
 
@@ -110,8 +111,14 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
     "unpack_inputs": (jit_ext.unpack_inputs, _unpack_inputs),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
-    **unknown_numbers.STAND_INS,
-    "__bool__": (NumberProxy.__bool__, data_dependent.deciding_bool(unknown_numbers.checked_bool)),
+    **{name: (original, dynamic_numbers.converting(checked))
+       for name, (original, checked) in unknown_numbers.STAND_INS.items()},
+    "__bool__": (NumberProxy.__bool__,
+                 dynamic_numbers.converting(data_dependent.deciding_bool(unknown_numbers.checked_bool))),
+    "proxify": (jit_ext.JitCtx.proxify, dynamic_numbers.proxify),
+    INFER_TENSOR_PROPERTIES.name: (INFER_TENSOR_PROPERTIES.get(), dynamic_numbers.in_shapes),
+    "pyval": (proxies.pyval, dynamic_numbers.pyval),
+    "propagate_constraints": (jit_ext.propagate_constraints, dynamic_numbers.constrain),
     "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),
     # 5-6: input aliases, DCE, gradients
@@ -172,6 +179,7 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]],
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
              | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
              | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map, unknown_numbers.EXTREMES))
+    added[bool] = dynamic_numbers.deciding(added[bool])
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
     methods = opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods() | tensor_attributes.methods()
     return InterpreterTables(added, methods, overloads.methods(),
@@ -191,11 +199,17 @@ def acquire(original: Callable[..., Any], fn: Any, args: Any, kwargs: Any, /, *,
     recorded), then, while the pipeline is active, :data:`AFTER_ACQUISITION` on its traces. A recompilation first
     records why the cache entries did not fit (:func:`thunder_ext.recompiles.record_miss`)."""
     recompiles.record_miss(fn, args, kwargs)
-    with interpreter_state.asking_leaves() as leaves_asked, data_dependent.deciding() as decided:
-        results = original(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
+    asked: list[Any] = []
+
+    def acquisition() -> Any:
+        with interpreter_state.asking_leaves() as leaves_asked, data_dependent.deciding() as decided:
+            asked[:] = [leaves_asked, decided]
+            return original(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
+
+    results = dynamic_numbers.acquire(acquisition)
     if not state.active():
         return results
-    call = _Call(fn, args, kwargs, leaves_asked, decided)
+    call = _Call(fn, args, kwargs, *asked)
     for step in AFTER_ACQUISITION:
         results = step(results, call)
     return results

@@ -38,6 +38,7 @@ from . import calls, compilation
 from .declare import opaque_torch
 from .host import patches, state
 from .options import check_jit_arguments
+from .dynamic_numbers import OPTION as DYNAMIC_OPTION
 from .recompiles import DEFAULT_WARN_AFTER, WARN_AFTER_OPTION
 
 __all__ = ["jit", "install", "uninstall", "enabled"]
@@ -73,7 +74,7 @@ def enabled() -> bool:
 def jit(
     fn: Callable[..., Any], /, *, verify: bool = False, reinplace: bool = True, certify_collectives: bool = True,
     compile_options: Mapping[str, Any] | None = None, recompile_warning_after: int | None = DEFAULT_WARN_AFTER,
-    **kwargs: Any,
+    dynamic_numbers: bool = True, **kwargs: Any,
 ) -> Callable[..., Any]:
     """``thunder.jit(fn, **kwargs)`` with the effect pipeline (see the module docstring).
 
@@ -82,7 +83,10 @@ def jit(
     ``certify_collectives`` compares every compilation's collective order across ranks
     (:mod:`thunder_ext.passes.certificate`); ``recompile_warning_after`` recompilations (``None``: never) raise a
     :class:`~thunder_ext.recompiles.RecompileWarning` naming the most frequent reason
-    (:func:`~thunder_ext.recompiles.explain_recompiles`). Every other keyword goes to ``thunder.jit``;
+    (:func:`~thunder_ext.recompiles.explain_recompiles`); ``dynamic_numbers`` makes a Python number that changed
+    between calls an input of the trace instead of a constant, after the first recompilation it causes
+    (:mod:`thunder_ext.dynamic_numbers`; ``False``: every number stays a constant). Every other keyword goes to
+    ``thunder.jit``;
     ``compile_options`` are compile options for executors this package does not know, passed on unchecked.
 
     Raises:
@@ -90,14 +94,15 @@ def jit(
     """
     skip_alias_updates = kwargs.pop("skip_inplace_alias_updates", True)
     check_jit_arguments(fn, {"verify": verify, "reinplace": reinplace, "certify_collectives": certify_collectives,
-                             "skip_inplace_alias_updates": skip_alias_updates}, kwargs,
-                        {"recompile_warning_after": recompile_warning_after})
+                             "skip_inplace_alias_updates": skip_alias_updates, "dynamic_numbers": dynamic_numbers},
+                        kwargs, {"recompile_warning_after": recompile_warning_after})
     kwargs.update(compile_options or {})
     transforms = compilation.transforms(list(kwargs.pop("transforms", None) or []), reinplace=reinplace,
                                         verify=verify, certify_collectives=certify_collectives)
     kwargs["executors"] = opaque_torch.executors_with(kwargs.get("executors"))
     kwargs[state.OPTION] = True
     kwargs[WARN_AFTER_OPTION] = recompile_warning_after
+    kwargs[DYNAMIC_OPTION] = dynamic_numbers
     kwargs[state.OPTION_ALIAS_UPDATES] = not skip_alias_updates
     patches.hook_compilations(calls.rewrap)
     return calls.wrap(thunder.jit(fn, transforms=transforms, skip_inplace_alias_updates=False, **kwargs), verify)

@@ -33,6 +33,7 @@ from thunder.core.proxies import Proxy
 from thunder.core.pytree import tree_flatten, tree_unflatten
 from thunder.core.trace import tracectx
 
+from .dynamic_numbers import SAME_NUMBER, evaluate, expression
 from .eager.data_dependent import SAME_DECISION, decided
 from .eager.eager_checks import SAME_LAYOUT, SAME_STORAGE
 from .python_state.arguments import storage_pattern
@@ -40,7 +41,8 @@ from .python_state.dict_state import CHECK_KEYS
 from .python_state.interpreter_state import SAME_LEAF
 from .python_state.referents import DEREFERENCE
 
-__all__ = ["GuardKind", "GuardFailure", "Shown", "shown", "first_failure", "unknown", "parameter_names"]
+__all__ = ["GuardKind", "GuardFailure", "Shown", "shown", "first_failure", "number_changes", "unknown",
+           "parameter_names"]
 
 
 class GuardKind(str, enum.Enum):
@@ -131,6 +133,34 @@ def first_failure(index: int, entry: Any, names: tuple[list[str], str | None], a
                 return replay.failure(index, bsym, error, passed)
             replay.name_outputs(bsym)
     return unknown(index, "every check passes on replay")
+
+
+def number_changes(entry: Any, names: tuple[list[str], str | None], args: Any, kwargs: Any) -> list[tuple[Any, str]]:
+    """The Python numbers of ``entry``'s prologue whose value check fails on the call with a value of the same type
+    (``int`` or ``float``), as (the provenance record of the value, its path): the replay goes past every failing
+    check (a prompt's shape and a position counter change together) and stops where a value cannot be unpacked."""
+    trace = entry.prologue_traces[-1]
+    replay = _Replay(trace, names, args, kwargs)
+    changes = []
+    with tracectx(trace), torch.no_grad():
+        replay.env = trace.python_ctx() | replay.env
+        for bsym in trace.bound_symbols:
+            if bsym.sym.id is PrimIDs.RETURN:
+                break
+            try:
+                exec(compile("\n".join(bsym.python(0)), "<thunder_ext prologue replay>", "exec"), replay.env)
+            except Exception:
+                if _is_unpacking(_id_of(bsym)):
+                    break
+                if _id_of(bsym) is not PrimIDs.CHECK_NUMBER_TYPE_AND_VALUE:
+                    continue
+                old, new = bsym.args[1], replay.value(bsym.args[0])
+                history = getattr(bsym.args[0], "history", None)
+                if type(old) is type(new) and type(new) in (int, float) and history is not None:
+                    changes.append((history, replay.path(bsym.args[0])))
+                continue
+            replay.name_outputs(bsym)
+    return changes
 
 
 def unknown(index: int, why: str) -> GuardFailure:
@@ -314,6 +344,13 @@ def _number(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
     return _value_kind(replay, operands[0], GuardKind.NUMBER), replay.path(operands[0]), values[1], values[0]
 
 
+def _type(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
+    """``check_type``: the type of a dynamic number (:mod:`thunder_ext.dynamic_numbers`; its value may change)."""
+    value, expected = values
+    kind = GuardKind.NUMBER if expected in (int, float, bool, complex) else GuardKind.TYPE
+    return _value_kind(replay, operands[0], kind), replay.path(operands[0]), Shown(expected.__name__), value
+
+
 def _literal(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
     """``check_literal_like``, ``check_string_value``, ``check_none`` and other comparisons with a constant;
     Thunder's aliasing record (a string of argument indices) as which tensors share storage."""
@@ -369,6 +406,12 @@ def _layout(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
             (tuple(t.stride()), t.storage_offset()))
 
 
+def _same_number(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
+    key, expected, *numbers = values
+    return (GuardKind.NUMBER, expression(key, [replay.path(p) for p in operands[2:]]), expected,
+            evaluate(key, tuple(numbers)))
+
+
 def _decision(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
     key, expected, *tensors = values
     expression, value = decided(key, tuple(tensors))
@@ -379,6 +422,7 @@ def _decision(replay: _Replay, operands: Any, values: list[Any]) -> _Found:
 _RULES: dict[Any, Any] = {
     PrimIDs.CHECK_TENSOR_SHAPE_AND_METADATA: _tensor_metadata,
     PrimIDs.CHECK_NUMBER_TYPE_AND_VALUE: _number,
+    PrimIDs.CHECK_TYPE: _type,
     PrimIDs.CHECK_LITERAL_LIKE: _literal,
     PrimIDs.CHECK_STRING_VALUE: _literal,
     PrimIDs.CHECK_NONE: _literal,
@@ -388,5 +432,6 @@ _RULES: dict[Any, Any] = {
     SAME_LEAF.id: _leaf,
     SAME_LAYOUT.id: _layout,
     SAME_DECISION.id: _decision,
+    SAME_NUMBER.id: _same_number,
 }
 """A prologue check (symbol id) -> what it compared: (kind, path, the entry's value, the call's)."""

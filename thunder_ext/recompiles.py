@@ -29,7 +29,8 @@ import thunder
 
 from .host import state
 from .host.names import COMPILE_DATA_CTX
-from .prologue_replay import GuardFailure, GuardKind, first_failure, parameter_names, unknown
+from . import dynamic_numbers
+from .prologue_replay import GuardFailure, GuardKind, first_failure, number_changes, parameter_names, unknown
 
 __all__ = ["RecompileReason", "RecompileWarning", "explain_recompiles", "record_miss", "WARN_AFTER_OPTION",
            "DEFAULT_WARN_AFTER"]
@@ -45,7 +46,8 @@ DEFAULT_WARN_AFTER = 8
 class RecompileReason:
     """Why a call compiled again: the failure of every cache entry (:class:`GuardFailure`), in the order Thunder
     tried them (newest first), and the one of the entry that came closest to fitting (passed the most of its
-    prologue; the newest among equals), whose ``entry``, ``kind``, ``path``, ``old`` and ``new`` it repeats."""
+    prologue; the newest among equals), whose ``entry``, ``kind``, ``path``, ``old``, ``new`` and ``check`` it
+    repeats."""
 
     compilation: int
     """Which compilation of the function this was (2: the first recompilation)."""
@@ -54,12 +56,14 @@ class RecompileReason:
     path: str
     old: Any
     new: Any
+    check: str
     failures: tuple[GuardFailure, ...]
 
     @classmethod
     def of(cls, compilation: int, failures: tuple[GuardFailure, ...]) -> RecompileReason:
         closest = max(failures, key=lambda f: f.passed)
-        return cls(compilation, closest.entry, closest.kind, closest.path, closest.old, closest.new, failures)
+        return cls(compilation, closest.entry, closest.kind, closest.path, closest.old, closest.new, closest.check,
+                   failures)
 
     def __str__(self) -> str:
         lines = [f"compilation {self.compilation}: {self.kind.value} of {self.path} changed: {self.old!r} -> "
@@ -82,21 +86,24 @@ def explain_recompiles(jfn: Any) -> list[RecompileReason]:
     return list(_REASONS.get(cs, ())) if cs is not None else []
 
 
-def record_miss(fn: Any, args: Any, kwargs: Any) -> None:
+def record_miss(fn: Any, args: Any, kwargs: Any) -> RecompileReason | None:
     """At a cache miss of a compilation with the pipeline (Thunder's compile data in context): record why each
-    existing cache entry did not fit the call ``fn(*args, **kwargs)``, and warn at the function's limit. Nothing for
-    a first compilation."""
+    existing cache entry did not fit the call ``fn(*args, **kwargs)``, mark the Python numbers that changed in the
+    closest entry dynamic (:mod:`thunder_ext.dynamic_numbers`), and warn at the function's limit; the reason recorded.
+    Nothing (``None``) for a first compilation."""
     cd, cs = COMPILE_DATA_CTX.get().get()
     if cd is None or cs is None or not cs.interpreter_cache or not state.active():
-        return
+        return None
     entries = list(enumerate(cs.interpreter_cache))
     names = parameter_names(fn)
     failures = tuple(_failure(index, entry, names, args, kwargs) for index, entry in reversed(entries))
     reasons = _REASONS.setdefault(cs, [])
     reasons.append(RecompileReason.of(len(entries) + 1, failures))
+    dynamic_numbers.note_changes(cd, _changes(entries[reasons[-1].entry][1], names, args, kwargs))
     limit = cd.compile_options.get(WARN_AFTER_OPTION, DEFAULT_WARN_AFTER)
     if limit is not None and len(reasons) == limit:
         _warn(fn, reasons)
+    return reasons[-1]
 
 
 def _failure(index: int, entry: Any, names: tuple[list[str], str | None], args: Any, kwargs: Any) -> GuardFailure:
@@ -105,6 +112,14 @@ def _failure(index: int, entry: Any, names: tuple[list[str], str | None], args: 
         return first_failure(index, entry, names, args, kwargs)
     except Exception as error:
         return unknown(index, f"the replay failed: {type(error).__name__}: {error}")
+
+
+def _changes(entry: Any, names: tuple[list[str], str | None], args: Any, kwargs: Any) -> list[tuple[Any, str]]:
+    """:func:`number_changes`, never raising."""
+    try:
+        return number_changes(entry, names, args, kwargs)
+    except Exception:
+        return []
 
 
 def _warn(fn: Any, reasons: list[RecompileReason]) -> None:

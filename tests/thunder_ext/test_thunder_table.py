@@ -31,6 +31,7 @@ EXPECTED_PRIVATE_NAMES = (
     "thunder.core.transforms._grad_fn_map",
     "thunder.torch._copy_",
     "thunder.core.jit_ext._infer_name_postfix_from_provenance",
+    "thunder.core.proxies._infer_tensor_properties",
     "thunder.core.interpreter._interpret_call",
     "thunder.core.interpreter.InterpreterRuntimeCtx._known_wrappers",
     "thunder.core.jit_ext.JitCtx._additional_outputs",

@@ -24,6 +24,11 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "sort_waits": ("execution_trace",),
     "_infer_name_postfix_from_provenance": ("pr",),
     "unpack_inputs": ("ctx", "prologue_trace", "pro_to_comp_inps", "pro_to_epi_inps", "args", "kwargs"),
+    "proxify": ("self", "value"),
+    "propagate_constraints": ("ctx", "inputs", "intermediates", "computation_trace"),
+    "_infer_tensor_properties": ("like", "shape", "device", "dtype", "requires_grad", "grad", "distparallel_type",
+                                 "thunder_fsdp_padding_size"),
+    "pyval": ("x",),
     "add_transform": ("cfn", "transform", "disable_torch_autograd_support"),
     **{name: ("self",) for name in ("__bool__", "__float__", "__int__", "__index__")},
 }

@@ -68,7 +68,7 @@ from ..host.names import PROXIED_VALUES, SIGINFO
 from effects import Effects, ResourceEffect
 
 __all__ = ["DataDependentBranchError", "Decision", "SAME_DECISION", "deciding", "deciding_bool", "decided", "guards",
-           "lookasides"]
+           "lookasides", "executable", "is_data_dependent"]
 
 
 class DataDependentBranchError(NotImplementedError):
@@ -202,7 +202,7 @@ def _slice(target: Proxy, expression: str) -> _Slice:
     written_classes = set().union(*(graph.written_storage(i) or () for i in members))
     written = frozenset(k for k, p in enumerate(tensors)
                         if p.name in adapted.program.inputs and graph.storage.storage(p.name) in written_classes)
-    fn = _executable(chosen, target, (*tensors, *numbers))
+    fn = executable(chosen, target, (*tensors, *numbers))
     return _Slice(expression, fn, tensors, written, tuple(p.value for p in numbers))
 
 
@@ -210,7 +210,7 @@ def _first(value: Any, *rest: Any) -> Any:
     return value
 
 
-def _executable(bsyms: list[BoundSymbol], target: Proxy, args: tuple[Proxy, ...]) -> Callable[..., Any]:
+def executable(bsyms: list[BoundSymbol], target: Proxy, args: tuple[Proxy, ...]) -> Callable[..., Any]:
     """``bsyms`` as a function of ``args`` returning ``target``, on the torch executor (and this package's); the
     argument itself when nothing computes it (``target`` is an input)."""
     if not bsyms:
@@ -277,7 +277,7 @@ def _source() -> str:
 
 
 # --- the interpreter's bool -------------------------------------------------------------------------------------
-def _data_dependent(value: Any) -> bool:
+def is_data_dependent(value: Any) -> bool:
     """A tensor, or a number computed from a tensor's ``item`` (Thunder gives those a made-up value)."""
     if isinstance(value, TensorProxy):
         return True
@@ -296,7 +296,7 @@ def _decided_extreme(fallback: Callable[..., Any], replaces: Callable[[Any, Any]
         best = values[0]
         for value in values[1:]:
             better = replaces(value, best)
-            if _data_dependent(better):
+            if is_data_dependent(better):
                 better = _decide(better, f"the comparison in {fallback.__name__}() at {_source()}")
             if better:
                 best = value
@@ -314,7 +314,7 @@ def lookasides(lookaside_map: Mapping[Any, Callable[..., Any]],
 
     def decided_bool(wrapped: Any) -> Any:
         value = unwrap(wrapped)
-        if not _data_dependent(value):
+        if not is_data_dependent(value):
             return original(wrapped)
         try:
             return wrap_const(_decide(value, f"the branch {_source()}"))
@@ -331,7 +331,7 @@ def deciding_bool(checked: Callable[[Callable[..., Any], NumberProxy], Any]) -> 
     metas, ``alpha != 1`` in ``add``; comparisons in C code): a number computed from ``item`` decided the same way,
     any other through ``checked`` (:mod:`thunder_ext.eager.unknown_numbers`' refusal of a number without a value)."""
     def stand_in(original: Callable[..., Any], self: NumberProxy) -> Any:
-        if _data_dependent(self):
+        if is_data_dependent(self):
             return _decide(self, f"bool({self.name}) at {_source()}")
         return checked(original, self)
 

@@ -32,6 +32,8 @@ name                                                  for
                                                       conversion); patched (eager's result-type rule)
 ``thunder.core.jit_ext._infer_name_postfix_from_pro…  patched: a tensor-keyed subscript spells its key's path
                                                       (dict_state)
+``thunder.core.proxies._infer_tensor_properties``     patched: number proxies in a new tensor's shape recorded
+                                                      (dynamic_numbers)
 ``thunder.core.interpreter._default_opcode_handler…  the interpreter's opcode handlers (``CALL_FUNCTION_EX``
                                                       replaced: a starred non-sequence iterable)
 ``thunder.core.interpreter._interpret_call``          interprets a function from a lookaside (a tensor hook:
@@ -105,8 +107,8 @@ from typing import Any
 
 __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES", "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS",
            "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "PROPERTY_TABLE", "OPCODE_TABLE", "LOOKASIDE_TABLE", "GRAD_TABLE",
-           "LTORCH_COPY", "NAME_POSTFIX", "INTERPRET_CALL", "KNOWN_WRAPPERS", "ADDITIONAL_OUTPUTS", "CONSTRAINTS",
-           "PROXIED_VALUES",
+           "LTORCH_COPY", "NAME_POSTFIX", "INFER_TENSOR_PROPERTIES", "INTERPRET_CALL", "KNOWN_WRAPPERS",
+           "ADDITIONAL_OUTPUTS", "CONSTRAINTS", "PROXIED_VALUES",
            "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
            "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS", "INPUT_ALIASES",
            "PLACED_ALIASES", "EPILOGUE_WRITES", "REBOUND", "HOOKS", "DCE_FIXPOINT", "RESOLVED", "FUSED", "RUNNER",
@@ -206,6 +208,10 @@ LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE,
 NAME_POSTFIX = Private("thunder.core.jit_ext", "_infer_name_postfix_from_provenance", Kind.MODULE, ("compilation",
                        "host/patches"),
                        "names proxied inputs after their access path; patched to spell tensor-keyed subscripts")
+INFER_TENSOR_PROPERTIES = Private("thunder.core.proxies", "_infer_tensor_properties", Kind.MODULE,
+                                  ("compilation", "host/patches"),
+                                  "a new tensor proxy's properties; patched to record number proxies in its shape "
+                                  "(dynamic numbers keep shapes static)")
 INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE,
                          ("eager/batch_norm", "eager/optimizers", "eager/overloads", "eager/transformers_compat",
                           "python_state/interpreter_state", "python_state/list_state", "python_state/tensor_hooks"),
@@ -245,7 +251,8 @@ REGION_FIELDS = tuple(
 )
 CACHE_INFO_CTX = Private("thunder", "_cache_info_ctx", Kind.MODULE, ("host/cache_hit",),
                          "the cache-info dictionary a prologue reads (thunder._get_cache_info); the hit path sets it")
-COMPILE_DATA_CTX = Private("thunder.core.compile_data", "_compile_data", Kind.MODULE, ("host/cache_hit", "recompiles"),
+COMPILE_DATA_CTX = Private("thunder.core.compile_data", "_compile_data", Kind.MODULE,
+                           ("dynamic_numbers", "host/cache_hit", "recompiles"),
                            "the (compile data, stats) context a prologue runs under; set without the generator "
                            "context manager")
 CHECK_IMPLS = tuple(
@@ -257,8 +264,8 @@ CHECK_IMPLS = tuple(
 
 PRIVATE_NAMES: tuple[Private, ...] = (
     TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, PROPERTY_TABLE, OPCODE_TABLE, LOOKASIDE_TABLE,
-    GRAD_TABLE, LTORCH_COPY, NAME_POSTFIX, INTERPRET_CALL, KNOWN_WRAPPERS, ADDITIONAL_OUTPUTS, CONSTRAINTS,
-    PROXIED_VALUES,
+    GRAD_TABLE, LTORCH_COPY, NAME_POSTFIX, INFER_TENSOR_PROPERTIES, INTERPRET_CALL, KNOWN_WRAPPERS, ADDITIONAL_OUTPUTS,
+    CONSTRAINTS, PROXIED_VALUES,
     SIGINFO, UPDATE_FUSION_CALL_CTX, BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS,
     *REGION_FIELDS,
     CACHE_INFO_CTX, COMPILE_DATA_CTX, *CHECK_IMPLS,

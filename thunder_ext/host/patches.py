@@ -35,7 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import thunder
+import thunder.clang as clang
 import thunder.core.interpreter as interpreter
+import thunder.core.prims as prims
+import thunder.core.proxies as proxies
 import thunder.core.jit_ext as jit_ext
 import thunder.core.rematerialization as remat_mod
 import thunder.core.transform_common as transform_common
@@ -55,8 +58,8 @@ from ..compilation import STAND_INS, dist_utils
 from ..eager import transformers_compat
 from ..passes import cudagraph as effect_cudagraph
 from . import state
-from .names import GRAD_TABLE, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, OPCODE_TABLE, PROPERTY_TABLE, \
-    UPDATE_FUSION_CALL_CTX
+from .names import GRAD_TABLE, INFER_TENSOR_PROPERTIES, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, \
+    OPCODE_TABLE, PROPERTY_TABLE, UPDATE_FUSION_CALL_CTX
 
 __all__ = ["Patch", "PATCHES", "OPTIONAL_LOOKASIDES", "optional_patches", "STAND_INS", "RUNNER_METHODS",
            "COMPILE_HOOK", "ADD_TRANSFORM_HOOK", "guarded", "apply", "restore", "applied", "holding",
@@ -151,6 +154,10 @@ def _where() -> dict[str, tuple[Any, ...]]:
         NAME_POSTFIX.name: (jit_ext,),
         "__bool__": (NumberProxy,), "__float__": (NumberProxy,), "__int__": (NumberProxy,),
         "__index__": (IntegerProxy,),
+        "proxify": (jit_ext.JitCtx,),
+        INFER_TENSOR_PROPERTIES.name: (proxies,),
+        "pyval": (ltorch, clang, prims),
+        "propagate_constraints": (jit_ext,),
         "build_value_from_wrapped": (jit_ext,),
         "process_recorded_modifications": (jit_ext,),
         "insert_alias_updates": (thunder,),
@@ -169,12 +176,20 @@ def _where() -> dict[str, tuple[Any, ...]]:
     }
 
 
+NATIVE = ("__bool__", "__float__", "__int__", "__index__")
+"""Stand-ins the interpreter calls natively (a lookaside each) instead of interpreting them: ``NumberProxy``'s
+conversions, which the interpreter's ``bool`` reaches as ``type(x).__bool__`` and which read the trace."""
+
+
 def _stand_in_patches() -> list[Patch]:
-    """Every stand-in of :data:`thunder_ext.compilation.STAND_INS` at every place it goes."""
-    where = _where()
-    return [Patch(owner, name, original, replacement)
-            for name, (original, stand_in) in STAND_INS.items()
-            for replacement in (guarded(original, stand_in),) for owner in where[name]]
+    """Every stand-in of :data:`thunder_ext.compilation.STAND_INS` at every place it goes (and the lookaside of each
+    :data:`NATIVE` one)."""
+    where, lookaside_map = _where(), LOOKASIDE_TABLE.get()
+    placed = [(name, original, guarded(original, stand_in)) for name, (original, stand_in) in STAND_INS.items()]
+    return ([Patch(owner, name, original, replacement) for name, original, replacement in placed
+             for owner in where[name]]
+            + [Patch(lookaside_map, replacement, ABSENT, interpreter.interpreter_needs_wrap(replacement))
+               for name, _, replacement in placed if name in NATIVE])
 
 
 def _table_patches() -> list[Patch]:

@@ -15,8 +15,9 @@ Kept out of regions (:func:`_kept_out_of_regions`, each decided from its own eff
   pass then fuses each group of one whose member the executor can fuse, so the partition records them for the rest
   of that pass (:class:`_KeptOut`, read by :func:`thunder_ext.passes.fusion.can_fuse` through :func:`kept_out_ids`);
 * for torch.compile, arithmetic on numbers alone (:func:`_number_arithmetic`: a run-time number from
-  ``Tensor.item()`` raised to a power): the region's torch executor has no kernel for it ("Failed to find an
-  executor"), and it stays with the Python executor, recorded like the writes;
+  ``Tensor.item()`` raised to a power), and ops with such a step inside (``alpha != 1`` of an ``add`` whose
+  ``alpha`` is a number of the call): the region's torch executor has no kernel for it ("Failed to find an
+  executor"), and it stays with the Python and torch executors, recorded like the writes;
 * for the CUDA graph transform, ops that must not be captured (:attr:`effects.Effects.capturable` is false:
   ``torch.Tag.cudagraph_unsafe``, unknown effects), so the graphed region is split there
   (:func:`thunder_ext.passes.cudagraph.uncapturable_reason`, recorded for
@@ -142,10 +143,12 @@ def _kept_out_of_regions(trace: TraceCtx, merge_func: Callable[[Any, Any], bool]
 
 
 def _number_arithmetic(bsym: BoundSymbol) -> bool:
-    """Whether ``bsym`` computes numbers from numbers (``step.item() ** -0.8``): no tensor in or out."""
+    """Whether ``bsym`` computes numbers from numbers (``step.item() ** -0.8``: no tensor in or out), or has such a
+    step among its subsymbols (``alpha != 1`` in an ``add`` whose ``alpha`` is a dynamic number)."""
     outs = bsym.flat_proxy_outs
-    return (bool(outs) and all(isinstance(o, NumberProxy) for o in outs)
-            and not any(isinstance(a, TensorProxy) for a in bsym.flat_proxy_args))
+    return ((bool(outs) and all(isinstance(o, NumberProxy) for o in outs)
+             and not any(isinstance(a, TensorProxy) for a in bsym.flat_proxy_args))
+            or any(_number_arithmetic(s) for s in bsym.subsymbols))
 
 
 # --- the partition --------------------------------------------------------------------------------------------

@@ -1,0 +1,172 @@
+"""Python numbers that change from call to call become inputs of the trace (``thunder_ext.dynamic_numbers``): one
+recompilation makes them dynamic, later values hit the cache, every value the trace made of them is guarded, and a
+function the tracing cannot keep dynamic falls back to constant numbers — eager's results throughout."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("thunder")
+
+import torch  # noqa: E402
+
+import thunder_ext  # noqa: E402
+import thunder  # noqa: E402
+from thunder_ext import dynamic_numbers  # noqa: E402
+from thunder_ext.prologue_replay import GuardKind  # noqa: E402
+
+from executor_configs import CONFIGS  # noqa: E402
+
+
+def _scaled(x, lr):
+    return x * lr + 1
+
+
+def _calls(jfn, fn, args_list):
+    for args in args_list:
+        torch.testing.assert_close(jfn(*args), fn(*args))
+
+
+@pytest.mark.parametrize("executors", [None, ["torchcompile"]], ids=["default", "torchcompile"])
+def test_a_changing_float_compiles_twice(executors):
+    f = thunder_ext.jit(_scaled, executors=executors)
+    x = torch.randn(4)
+    _calls(f, _scaled, [(x, lr) for lr in (0.1, 0.2, 0.3, 0.05, 2.0)])
+    assert thunder.cache_misses(f) == 2
+    (reason,) = thunder_ext.explain_recompiles(f)
+    assert (reason.kind, reason.path, reason.old, reason.new) == (GuardKind.NUMBER, "lr", 0.1, 0.2)
+    assert dynamic_numbers.dynamic_paths(thunder.compile_data(f)) == ["lr"]
+    assert "lr" in [a.name for a in thunder.last_traces(f)[-1].args]  # an input of the computation
+
+
+def test_constant_numbers_when_asked():
+    f = thunder_ext.jit(_scaled, dynamic_numbers=False)
+    x = torch.randn(4)
+    _calls(f, _scaled, [(x, lr) for lr in (0.1, 0.2, 0.3)])
+    assert thunder.cache_misses(f) == 3
+
+
+def test_the_switch_is_a_bool():
+    with pytest.raises(thunder_ext.JitArgumentError, match="dynamic_numbers"):
+        thunder_ext.jit(_scaled, dynamic_numbers="yes")
+
+
+def _branch(x, n):
+    if n > 2:
+        return x * n
+    return x - n
+
+
+def test_a_branch_on_a_dynamic_number_is_guarded_by_its_decision():
+    """``n > 2`` is recomputed from each call's ``n`` in the prologue: 3, 4, 5 share an entry, 1 takes the other
+    branch (a new entry), 0 shares that one."""
+    f = thunder_ext.jit(_branch)
+    x = torch.randn(3)
+    _calls(f, _branch, [(x, n) for n in (3, 4, 5, 1, 0, 7)])
+    assert thunder.cache_misses(f) == 3
+    last = thunder_ext.explain_recompiles(f)[-1]
+    assert last.kind is GuardKind.NUMBER and last.path == "gt(n, 2)" and (last.old, last.new) == (True, False)
+
+
+def _shaped(x, n):
+    return x[:n] * n, torch.zeros(n) + n
+
+
+def test_a_number_that_makes_a_shape_is_pinned():
+    """A slice length and a factory size are shapes, static: every value of ``n`` is its own entry, each right."""
+    f = thunder_ext.jit(_shaped)
+    x = torch.randn(8)
+    _calls(f, _shaped, [(x, n) for n in (2, 3, 4, 3)])
+    assert thunder.cache_misses(f) == 3
+
+
+def _loop(x, n):
+    for _ in range(n):
+        x = x * 2
+    return x
+
+
+def test_a_loop_count_is_pinned():
+    f = thunder_ext.jit(_loop)
+    x = torch.randn(3)
+    _calls(f, _loop, [(x, n) for n in (1, 2, 3, 2)])
+    assert thunder.cache_misses(f) == 3
+
+
+def _indexing(xs, i):
+    return xs[i] * (i + 1)
+
+
+def test_a_list_index_falls_back_to_constant_numbers():
+    """Thunder's interpreter cannot index a list with a number proxy: the dynamic acquisition fails, the function
+    keeps constant numbers (one entry per index, each right), and :func:`refusal` says why."""
+    f = thunder_ext.jit(_indexing)
+    xs = [torch.randn(2) for _ in range(3)]
+    _calls(f, _indexing, [(xs, i) for i in (0, 1, 2, 1)])
+    assert thunder.cache_misses(f) == 3
+    assert "IntegerProxy" in dynamic_numbers.refusal(thunder.compile_data(f))
+
+
+def test_gradients_flow_through_a_dynamic_number():
+    def loss(w, scale):
+        return (w * scale).pow(2).sum() * scale
+
+    f = thunder_ext.jit(loss)
+    for scale in (0.5, 1.5, 3.0):
+        w1, w2 = (torch.randn(3, generator=torch.Generator().manual_seed(1), requires_grad=True) for _ in range(2))
+        f(w1, scale).backward()
+        loss(w2, scale).backward()
+        torch.testing.assert_close(w1.grad, w2.grad)
+    assert thunder.cache_misses(f) == 2
+
+
+class _Positioned(torch.nn.Module):
+    """A module whose Python ``int`` attribute changes between calls (a decoding position)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.pos = 0
+
+    def forward(self, x):
+        return self.lin(x) * (self.pos + 1)
+
+
+def test_a_module_attribute_that_changes_compiles_twice():
+    eager = _Positioned()
+    jitted = thunder_ext.jit(_Positioned())
+    jitted.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 4)
+    for pos in range(5):
+        eager.pos = pos
+        jitted._model.pos = pos
+        torch.testing.assert_close(jitted(x), eager(x))
+    assert thunder.cache_misses(jitted) == 2
+    (reason,) = thunder_ext.explain_recompiles(jitted)
+    assert (reason.kind, reason.path) == (GuardKind.ATTRIBUTE, "self.pos")
+
+
+def _sgd(lr_schedule, config, foreach):
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(4)), torch.nn.Parameter(torch.randn(3))]
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=foreach)
+    scheduler = lr_schedule(opt)
+    step = opt.step if config is None else thunder_ext.jit(opt.step, **config)
+    for i in range(6):
+        for k, p in enumerate(params):
+            p.grad = torch.full_like(p, float(i + k + 1))
+        step()
+        scheduler.step()
+    return [p.detach() for p in params], step
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("config", ["default", "torchcompile-dataflow"])
+def test_an_lr_schedule_does_not_recompile_the_step(config, foreach):
+    """The step compiles for the empty state, then once more for the filled state — where the learning rate has
+    changed too, so it is an input from then on: the other four steps hit the cache; parameters as eager's."""
+    schedule = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (s + 1))  # noqa: E731
+    expected, _ = _sgd(schedule, None, foreach)
+    got, step = _sgd(schedule, CONFIGS[config], foreach)
+    torch.testing.assert_close(got, expected)
+    assert thunder.cache_misses(step) == 2
