@@ -96,8 +96,9 @@ def provenance_key(record: Any) -> str:
 
 def note_changes(cd: Any, changes: list[tuple[Any, str]]) -> None:
     """Mark the numbers of ``changes`` (provenance record, the user's path) dynamic for the function of compile data
-    ``cd`` (unless it asked for constant numbers or failed over to them)."""
-    if changes and cd.compile_options.get(OPTION) is not False and cd not in _REFUSED:
+    ``cd``: a ``thunder_ext.jit`` function that did not ask for constant numbers nor failed over to them (plain
+    ``thunder.jit`` under :func:`thunder_ext.install` keeps Thunder's constant numbers)."""
+    if changes and cd.compile_options.get(OPTION) and cd not in _REFUSED:
         _DYNAMIC.setdefault(cd, {}).update((provenance_key(record), path) for record, path in changes)
 
 
