@@ -5,7 +5,7 @@ command line without Thunder: ``test_demo_cli.py``.
 
 The matrix runs in process. On the torch executor (no fusion, seconds) stock Thunder is still wrong on
 ``f(x, x.t())``; the torchcompile matrix, where stock Thunder is wrong on most rows, is ``slow`` (CI runs it, and
-the whole demo through ``tests/test_examples.py``).
+the demo's command line end to end, on a short selection, through ``tests/test_examples.py``).
 """
 
 from __future__ import annotations

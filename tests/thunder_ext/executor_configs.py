@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 CONFIGS: dict[str, dict[str, object]] = {
@@ -15,3 +17,14 @@ CALLS = 3
 PARAMS = [pytest.param(name, marks=pytest.mark.slow if name.startswith("torchcompile") else ())
           for name in CONFIGS]
 """The configurations as test parameters: torch.compile's (a compilation per program) are slow."""
+
+FUSION_TYPES = ("consecutive", "dataflow")
+
+
+def alternating_fusion(cases: Sequence[tuple[object, ...]], ids: Sequence[str]) -> list[object]:
+    """Each case (a tuple of test arguments) under both fusion types, the fusion type last: by default under one,
+    alternating from case to case so that both run, the other ``slow`` (a torch.compile cell costs ~0.5 s here)."""
+    return [pytest.param(*case, fusion_type, id=f"{name}-{fusion_type}",
+                         marks=() if (i + j) % 2 == 0 else pytest.mark.slow)
+            for i, (case, name) in enumerate(zip(cases, ids, strict=True))
+            for j, fusion_type in enumerate(FUSION_TYPES)]

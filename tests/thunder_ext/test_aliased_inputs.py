@@ -3,7 +3,8 @@ inputs sharing storage, writes that storage and returns a view of one of them cr
 (benchmarks/inductor_bug_repro.py, case 4); :mod:`thunder_ext.passes.inductor_guard` splits it, and only it.
 
 The ``fuzz_*`` programs are the fuzzer's (benchmarks/fuzz_thunder.py, seed 0) mismatches; every check compares
-returned values and every argument after the call with eager on identical fresh inputs, under both fusion types.
+returned values and every argument after the call with eager on identical fresh inputs, under both fusion types (by
+default each program under one, alternating; the other is ``slow``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import thunder
 import torch
 
 import thunder_ext
+from executor_configs import alternating_fusion
 
 Views = Callable[[torch.Tensor], tuple[torch.Tensor, ...]]
 
@@ -95,7 +97,6 @@ VIEWS: dict[str, Views] = {
 }
 REDUCED = [view_returned_after_write, view_returned_after_write_through_it, view_made_before_write]
 NARROW = [write_then_out_of_place, view_returned_without_write]
-FUSION_TYPES = ["consecutive", "dataflow"]
 
 
 def _jit_matches_eager(fn: Callable[..., object], shape: tuple[int, ...], views: Views,
@@ -116,15 +117,14 @@ def _regions(jfn: Callable[..., object]) -> int:
     return sum(1 for b in thunder.last_traces(jfn)[-1].bound_symbols if b.sym.is_fusion)
 
 
-@pytest.mark.parametrize("fusion_type", FUSION_TYPES)
-@pytest.mark.parametrize("fn, shape, views", FUZZ, ids=[f.__name__ for f, _, _ in FUZZ])
+@pytest.mark.parametrize("fn, shape, views, fusion_type", alternating_fusion(FUZZ, [f.__name__ for f, _, _ in FUZZ]))
 def test_fuzz_programs_match_eager(fn, shape, views, fusion_type):
     _jit_matches_eager(fn, shape, views, fusion_type)
 
 
-@pytest.mark.parametrize("fusion_type", FUSION_TYPES)
-@pytest.mark.parametrize("views", VIEWS.values(), ids=VIEWS.keys())
-@pytest.mark.parametrize("fn", REDUCED, ids=[f.__name__ for f in REDUCED])
+@pytest.mark.parametrize("fn, views, fusion_type", alternating_fusion(  # views outer: each meets both fusion types
+    [(fn, views) for views in VIEWS.values() for fn in REDUCED],
+    [f"{fn.__name__}-{name}" for name in VIEWS for fn in REDUCED]))
 def test_reduced_programs_match_eager_in_two_regions(fn, views, fusion_type):
     assert _regions(_jit_matches_eager(fn, (2, 3), views, fusion_type)) == 2
 

@@ -275,15 +275,12 @@ def _tiny(name: str) -> nn.Module:
     """Random tiny configurations built locally (nothing downloaded)."""
     transformers = _transformers()
     torch.manual_seed(0)
-    common = {"vocab_size": VOCAB, "max_position_embeddings": 64}
     if name == "gpt2":
         return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4,
                                                                     n_positions=64)).eval()
-    config = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, **common}
-    if name == "mistral":
-        return transformers.MistralForCausalLM(transformers.MistralConfig(sliding_window=None, **config)).eval()
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64)).eval()
 
 
 def _decode(forward, tokens: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -299,11 +296,13 @@ def _decode(forward, tokens: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["llama", "gpt2", "mistral"])
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
 def test_dynamic_cache_decoding_matches_eager(name):
     """Eager's tokens and cache contents. Every token compiles anew: the cache's tensors grow by one position per
     token and Thunder's prologue pins tensor shapes (12 tokens: 12 compilations, about a minute each here); three
-    tokens decode from a cache the call made and from one it filled twice."""
+    tokens decode from a cache the call made and from one it filled twice. Two models: Llama's cache layers and
+    GPT-2's (Mistral without a sliding window, once a third cell of ~2 minutes, is Llama's attention and cache
+    layers under another name)."""
     tokens = 3
     model = _tiny(name)
     expected = _decode(model, tokens)

@@ -69,11 +69,13 @@ def test_two_groups_are_not_serialized(ranks):
     assert len(pairs) == 1 and pairs[0][2], pairs  # one group's two all-reduces (on different tensors): ordered
 
 
-DATA_PARALLEL = [("ddp", "torch"), ("fsdp", "torch"), ("ddp", "torchcompile-nocomm/dataflow"),
-                 ("fsdp", "torchcompile"), ("fsdp-zero3-block", "torch")]
-DATA_PARALLEL_SLOW = [("ddp", "torchcompile-nocomm"), ("fsdp", "torchcompile/dataflow"),
-                      ("fsdp", "torchcompile-nocomm"), ("fsdp", "torchcompile-nocomm/dataflow"),
-                      ("fsdp-zero3", "torchcompile"), ("fsdp-layer", "torch"), ("fsdp-zero3-block", "torchcompile")]
+DATA_PARALLEL = [("ddp", "torch"), ("fsdp", "torchcompile"), ("fsdp-zero3-block", "torch")]
+"""Run by default: each kind of data parallelism once (ZeRO-2 through torch.compile regions); the other cells, 3-5 s
+of two ranks each, are ``slow``."""
+DATA_PARALLEL_SLOW = [("fsdp", "torch"), ("ddp", "torchcompile-nocomm/dataflow"), ("ddp", "torchcompile-nocomm"),
+                      ("fsdp", "torchcompile/dataflow"), ("fsdp", "torchcompile-nocomm"),
+                      ("fsdp", "torchcompile-nocomm/dataflow"), ("fsdp-zero3", "torchcompile"), ("fsdp-layer", "torch"),
+                      ("fsdp-zero3-block", "torchcompile")]
 
 
 @pytest.mark.parametrize("kind,config", [*DATA_PARALLEL, *(pytest.param(*p, marks=pytest.mark.slow)

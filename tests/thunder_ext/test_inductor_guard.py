@@ -22,6 +22,7 @@ import torch
 import thunder_ext
 from effects import Const
 from effects.testing.vocab import opaque_axpy_
+from executor_configs import alternating_fusion
 from thunder_ext.passes import inductor_facts, inductor_guard
 
 Shapes = Sequence[tuple[int, ...]]
@@ -230,8 +231,7 @@ def _regions(jfn: Callable[..., object]) -> int:
     return sum(1 for b in thunder.last_traces(jfn)[-1].bound_symbols if b.sym.is_fusion)
 
 
-@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
-@pytest.mark.parametrize("fn, shapes", FUZZ, ids=[f.__name__ for f, _ in FUZZ])
+@pytest.mark.parametrize("fn, shapes, fusion_type", alternating_fusion(FUZZ, [f.__name__ for f, _ in FUZZ]))
 def test_fuzz_programs_match_eager(fn, shapes, fusion_type):
     _jit_matches_eager(fn, shapes, fusion_type)
 
@@ -247,11 +247,10 @@ def reinplaced_clone_returned(x, v):
     return x.clone()
 
 
-@pytest.mark.parametrize("fn, shapes", [
+@pytest.mark.parametrize("fn, shapes, fusion_type", alternating_fusion([
     (reinplaced_clone_returned, [(2, 3), (2, 3)]),
     (folded_input_returned, [(2, 3)]),  # also needs the rematerialization guard: zeros_like is free to recompute
-], ids=["reinplaced_clone_returned", "folded_input_returned"])
-@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
+], ["reinplaced_clone_returned", "folded_input_returned"]))
 def test_returned_value_does_not_share_storage_with_an_argument(fn, shapes, fusion_type):
     args = _inputs(shapes)
     y = _jit_matches_eager(fn, shapes, fusion_type)(*args)
