@@ -67,11 +67,12 @@ from thunder.core.proxies import NumberProxy
 from thunder.core.trace import TraceResults
 
 from .declare import opaque_grad, opaque_torch
-from .eager import batch_norm, data_dependent, eager_checks, optimizers, overloads, profiler, seeding, unknown_numbers
+from .eager import (batch_norm, data_dependent, eager_checks, optimizers, overloads, profiler, python_dtypes, seeding,
+                    unknown_numbers)
 from .eager.grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
 from .host import fast, state
 from .host.fast import with_bound_symbols
-from .host.names import INFER_TENSOR_PROPERTIES, LTORCH_COPY, NAME_POSTFIX, UPDATE_FUSION_CALL_CTX
+from .host.names import INFER_TENSOR_PROPERTIES, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, UPDATE_FUSION_CALL_CTX
 from .passes import autograd_boundary, cudagraph as effect_cudagraph, dce, fusion, partition, remat, split, waits
 from .passes.certificate import CollectiveCertificate
 from .passes.inplace_kernels import Reinplace
@@ -180,9 +181,12 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]],
              | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
              | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map, unknown_numbers.EXTREMES))
     added[bool] = dynamic_numbers.deciding(added[bool])
+    added |= python_dtypes.lookasides(lookaside_map | added)  # in front of the entries above (out=, *_like)
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind
     methods = opaque_torch.methods() | rebinding.methods() | tensor_hooks.methods() | tensor_attributes.methods()
-    return InterpreterTables(added, methods, overloads.methods(),
+    replaced = overloads.methods()
+    replaced |= python_dtypes.methods(METHOD_TABLE.get(), replaced)
+    return InterpreterTables(added, methods, replaced,
                              optimizers.properties() | overloads.properties(),
                              interpreter_state.opcode_handlers(opcode_map))
 

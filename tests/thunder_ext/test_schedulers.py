@@ -6,9 +6,10 @@ of floats)
 and ``param_groups[i]["lr"]`` (:mod:`thunder_ext.python_state.module_state`,
 :mod:`thunder_ext.python_state.dict_state`). Every test runs
 eager and the jitted program on identical copies for several steps (the first compilation, the steps after it,
-the one recompilation after which a changed lr is an input of the trace) and compares the parameters, every ``opt.state`` tensor
-(a real ``torch.Tensor``), the ``param_groups``' lrs and the scheduler's ``last_epoch``/``_last_lr``. Gradients come
-from a ``.backward()`` outside the jitted step, as in training. The wide matrix is ``slow``.
+the one recompilation after which a changed lr is an input of the trace) and compares the parameters, every
+``opt.state`` tensor (a real ``torch.Tensor``), the ``param_groups``' lrs and the scheduler's
+``last_epoch``/``_last_lr``. Gradients come from a ``.backward()`` outside the jitted step, as in training. The wide
+matrix is ``slow``.
 """
 
 from __future__ import annotations
