@@ -58,25 +58,31 @@ def _hf(name: str) -> torch.nn.Module:
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common)).eval()
 
 
+def _greedy(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], tokens: int) -> tuple[Any, list[float]]:
+    """``tokens`` greedy tokens: ``step(ids, positions)`` gives the logits, first for the prompt, then for each token
+    at its position; the tokens and the time of each call."""
+    ids = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(3))
+    chosen, times = [], []
+    with torch.no_grad():
+        for position in range(PROMPT - 1, PROMPT - 1 + tokens):
+            where = torch.arange(PROMPT) if position == PROMPT - 1 else torch.tensor([position])
+            start = time.perf_counter()
+            logits = step(ids, where)
+            times.append(time.perf_counter() - start)
+            ids = logits[:, -1].argmax(-1, keepdim=True)
+            chosen.append(ids)
+    return torch.cat(chosen, 1), times
+
+
 def _hf_decoder(name: str, cache_kind: str) -> Callable[[Callable[..., Any], int], tuple[Any, list[float]]]:
     import transformers
 
     def decode(forward: Callable[..., Any], tokens: int) -> tuple[Any, list[float]]:
         cache = (transformers.DynamicCache() if cache_kind == "DynamicCache"
                  else transformers.StaticCache(config=_CONFIGS[name], max_cache_len=64))
-        ids = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(3))
-        chosen, times = [], []
-        with torch.no_grad():
-            for position in range(PROMPT - 1, PROMPT - 1 + tokens):
-                first = position == PROMPT - 1
-                where = torch.arange(PROMPT) if first else torch.tensor([position])
-                start = time.perf_counter()
-                logits = forward(input_ids=ids, past_key_values=cache, cache_position=where, use_cache=True).logits
-                times.append(time.perf_counter() - start)
-                ids = logits[:, -1].argmax(-1, keepdim=True)
-                chosen.append(ids)
-        contents = [t.clone() for layer in cache.layers for t in (layer.keys, layer.values)]
-        return (torch.cat(chosen, 1), contents), times
+        chosen, times = _greedy(lambda ids, where: forward(input_ids=ids, past_key_values=cache, cache_position=where,
+                                                           use_cache=True).logits, tokens)
+        return (chosen, [t.clone() for layer in cache.layers for t in (layer.keys, layer.values)]), times
 
     return decode
 
@@ -96,19 +102,9 @@ def _litgpt() -> torch.nn.Module:
 
 
 def _litgpt_decode(forward: Callable[..., Any], tokens: int, model: torch.nn.Module) -> tuple[Any, list[float]]:
-    ids = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(3))
-    chosen, times = [], []
-    with torch.no_grad():
-        for position in range(PROMPT - 1, PROMPT - 1 + tokens):
-            first = position == PROMPT - 1
-            where = torch.arange(PROMPT) if first else torch.tensor([position])
-            start = time.perf_counter()
-            logits = forward(ids, where)
-            times.append(time.perf_counter() - start)
-            ids = logits[:, -1].argmax(-1, keepdim=True)
-            chosen.append(ids)
+    chosen, times = _greedy(forward, tokens)
     caches = [t.clone() for block in model.transformer.h for t in (block.attn.kv_cache.k, block.attn.kv_cache.v)]
-    return (torch.cat(chosen, 1), caches), times
+    return (chosen, caches), times
 
 
 def _row(label: str, make: Callable[[], torch.nn.Module], decode: Any, tokens: int) -> dict[str, Any]:

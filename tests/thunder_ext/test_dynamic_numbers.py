@@ -72,24 +72,19 @@ def _shaped(x, n):
     return x[:n] * n, torch.zeros(n) + n
 
 
-def test_a_number_that_makes_a_shape_is_pinned():
-    """A slice length and a factory size are shapes, static: every value of ``n`` is its own entry, each right."""
-    f = thunder_ext.jit(_shaped)
-    x = torch.randn(8)
-    _calls(f, _shaped, [(x, n) for n in (2, 3, 4, 3)])
-    assert thunder.cache_misses(f) == 3
-
-
 def _loop(x, n):
     for _ in range(n):
         x = x * 2
     return x
 
 
-def test_a_loop_count_is_pinned():
-    f = thunder_ext.jit(_loop)
-    x = torch.randn(3)
-    _calls(f, _loop, [(x, n) for n in (1, 2, 3, 2)])
+@pytest.mark.parametrize("fn", [_shaped, _loop], ids=["shape", "loop count"])
+def test_a_number_the_trace_makes_a_python_int_of_is_pinned(fn):
+    """A slice length, a factory size (shapes are static) and a loop count: every value of ``n`` is its own entry,
+    each right."""
+    f = thunder_ext.jit(fn)
+    x = torch.randn(8)
+    _calls(f, fn, [(x, n) for n in (1, 2, 3, 2)])
     assert thunder.cache_misses(f) == 3
 
 
