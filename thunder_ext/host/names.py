@@ -182,15 +182,15 @@ class Stash:
 # --- private names read ---------------------------------------------------------------------------------------
 TORCH_FUNCTION_MAP = Private("thunder.torch", "_torch_to_thunder_function_map", Kind.MODULE,
                              ("declare/declarations", "declare/inplace_methods", "declare/opaque_torch",
-                              "eager/eager_checks", "eager/grad_fixes", "eager/overloads"),
+                              "eager/eager_checks", "eager/grad_fixes", "eager/overloads", "eager/python_dtypes"),
                              "torch function -> its Thunder symbol (or a dispatch wrapper closing over symbols)")
 VIEW_SYMBOLS = Private("thunder.torch", "_syms_returning_views", Kind.MODULE, ("declare/declarations",),
                        "ltorch symbols whose output is a view of their first operand")
 MAY_VIEW_SYMBOLS = Private("thunder.torch", "_syms_that_may_return_views", Kind.MODULE, ("declare/declarations",),
                            "ltorch symbols whose output may be a view of their first operand")
 METHOD_TABLE = Private("thunder.torch.langctx", "_method_name_to_fn_map", Kind.MODULE,
-                       ("declare/declarations", "declare/inplace_methods", "declare/opaque_torch", "eager/overloads",
-                        "host/patches"),
+                       ("compilation", "declare/declarations", "declare/inplace_methods", "declare/opaque_torch",
+                        "eager/overloads", "host/patches"),
                        "the Tensor methods of the torch language context; new entries for missing methods")
 PROPERTY_TABLE = Private("thunder.torch.langctx", "_property_name_to_fn_map", Kind.MODULE, ("host/patches",),
                          "the Tensor properties of the torch language context; new entries for missing ones")
