@@ -199,7 +199,7 @@ OPCODE_TABLE = Private("thunder.core.interpreter", "_default_opcode_handler_map"
 LOOKASIDE_TABLE = Private("thunder.core.jit_ext", "_general_jit_lookaside_map", Kind.MODULE, ("host/patches",),
                           "the interpreter's lookasides; new entries for torch functions without a symbol")
 GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE,
-                     ("declare/opaque_torch", "eager/grad_fixes", "host/patches", "passes/fusion"),
+                     ("declare/opaque_ops", "eager/grad_fixes", "host/patches", "passes/fusion"),
                      "symbol id -> gradient rule; entries replaced for rules Thunder gets wrong (grad_fixes)")
 LTORCH_COPY = Private("thunder.torch", "_copy_", Kind.MODULE,
                       ("compilation", "declare/inplace_methods", "eager/overloads", "host/patches"),
