@@ -165,3 +165,29 @@ def test_an_lr_schedule_does_not_recompile_the_step(config, foreach):
     got, step = _sgd(schedule, CONFIGS[config], foreach)
     torch.testing.assert_close(got, expected)
     assert thunder.cache_misses(step) == 2
+
+
+class _Counting(torch.nn.Module):
+    """A module that updates Python numbers of its own in ``forward`` (a step counter, a decaying scale)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step, self.scale = 0, 1.0
+
+    def forward(self, x):
+        self.step += 1
+        self.scale = self.scale * 0.5
+        return x * self.step + self.scale
+
+
+def test_numbers_the_call_writes_back_are_run_time_values():
+    """The counter and the scale change at every call (the call itself changes them): dynamic from the second
+    compilation on, computed at run time and written back — eager's values and attributes at every call."""
+    eager, jitted_module = _Counting(), _Counting()
+    jitted = thunder_ext.jit(jitted_module)
+    x = torch.ones(2)
+    for _ in range(5):
+        torch.testing.assert_close(jitted(x), eager(x))
+        assert (jitted_module.step, jitted_module.scale) == (eager.step, eager.scale)
+        assert type(jitted_module.step) is int
+    assert thunder.cache_misses(jitted) == 2
