@@ -170,7 +170,8 @@ def main() -> None:
          for r in rows])
     print(table)
     intro = ("Produced by `python benchmarks/decoding.py` (see its docstring); torch on 1 thread, CPU, tiny random "
-             "models; times in the same process.")
+             "models; times in the same process. *Per token*: the median one-token call after the last compilation "
+             "(a row that compiles at every token, DynamicCache's, shows a compilation there).")
     write_results("decoding", {"environment": environment("cpu"), "rows": rows},
                   f"# Greedy decoding through thunder_ext.jit\n\n{intro}\n\n{table}")
 
