@@ -6,7 +6,7 @@ logs and a cache-size limit that warns; this module gives ``thunder_ext.jit`` fu
 
 * at a cache miss with existing entries (:func:`record_miss`, called once by
   :func:`thunder_ext.compilation.acquire` before the acquisition, under Thunder's compile data), every entry's
-  prologue is replayed on the call (:func:`thunder_ext.prologue_replay.first_failure`) and one
+  prologue is replayed on the call (:func:`thunder_ext.prologue_checks.first_failure`) and one
   :class:`RecompileReason` is kept per recompilation — the first compilation is not one, and a cache hit runs
   nothing of this module;
 * :func:`explain_recompiles` returns them for a function or module;
@@ -30,7 +30,8 @@ import thunder
 from .host import state
 from .host.names import COMPILE_DATA_CTX
 from . import dynamic_numbers
-from .prologue_replay import GuardFailure, GuardKind, first_failure, number_changes, parameter_names, unknown
+from .prologue_checks import first_failure, number_changes
+from .prologue_replay import GuardFailure, GuardKind, parameter_names, unknown
 
 __all__ = ["RecompileReason", "RecompileWarning", "explain_recompiles", "record_miss", "WARN_AFTER_OPTION",
            "DEFAULT_WARN_AFTER"]
