@@ -13,14 +13,17 @@ step  Thunder's point                             what thunder-effects does ther
 1     ``thunder.jit``                             options, executors (``jit``) and the post-optimization
                                                   transforms in order (:func:`transforms`)
 2     ``thunder_general_jit``: the interpreter    :func:`acquire` (a recompilation's reason recorded first,
-                                                  :mod:`thunder_ext.recompiles`); the interpreter answers Python
+                                                  :mod:`thunder_ext.recompiles`, and the numbers that changed made
+                                                  dynamic: :mod:`thunder_ext.dynamic_numbers`, ``proxify``, every
+                                                  conversion of one recorded); the interpreter answers Python
                                                   state as eager (:func:`interpreter_tables`: lookasides, ``Tensor``
                                                   methods and properties; ``interpreter.wrap``), ``_copy_`` keeps
                                                   eager's result types, ``bool`` of a tensor value decided on the
                                                   call's values (``data_dependent``), a run-time number otherwise
                                                   never converted to a Python value (``unknown_numbers``)
-3     ``thunder_general_jit``: prologue, epilogue  ``unpack_inputs`` (its ``sorted``), the input names (paths through
-                                                  tensor keys), ``build_value_from_wrapped`` and
+3     ``thunder_general_jit``: prologue, epilogue  ``propagate_constraints`` (each value made of a dynamic number
+                                                  guarded), ``unpack_inputs`` (its ``sorted``), the input names
+                                                  (paths through tensor keys), ``build_value_from_wrapped`` and
                                                   ``process_recorded_modifications``: one epilogue writes back every
                                                   piece of Python state (``python_state``)
 4     after acquisition                           :data:`AFTER_ACQUISITION`, in order: hooks placed, refusals,
