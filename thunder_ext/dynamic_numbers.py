@@ -8,7 +8,7 @@ numbers as proxies — closure constants and list indices too, and every tensor 
 trace yet. This module does what torch.compile's *automatic dynamic* does, for numbers, with shapes left static:
 
 1. **Which numbers** (:func:`note_changes`): a recompilation whose closest cache entry failed on Python numbers that
-   changed value (same type; :func:`thunder_ext.prologue_replay.number_changes` replays the entry's prologue on the
+   changed value (same type; :func:`thunder_ext.prologue_checks.number_changes` replays the entry's prologue on the
    call) marks those numbers *dynamic* for the function, named by how the call reaches them (their provenance:
    ``self.pos``, ``opt.param_groups[0]["lr"]``); numbers that never changed stay constants (a closure's index, a
    flag). ``thunder_ext.jit(dynamic_numbers=False)`` never does this.
@@ -52,8 +52,8 @@ from .declare.opaque_torch import executor
 from .eager.data_dependent import executable, is_data_dependent
 from .host.names import COMPILE_DATA_CTX
 
-__all__ = ["OPTION", "SAME_NUMBER", "provenance_key", "note_changes", "dynamic_paths", "acquire", "refusal",
-           "proxify", "converting", "deciding", "in_shapes", "pyval", "constrain", "expression", "evaluate"]
+__all__ = ["OPTION", "SAME_NUMBER", "provenance_key", "makes_dynamic", "note_changes", "dynamic_paths", "acquire",
+           "refusal", "proxify", "converting", "deciding", "in_shapes", "pyval", "constrain", "expression", "evaluate"]
 
 OPTION = "thunder_effects_dynamic_numbers"
 """The compile option :func:`thunder_ext.jit` passes ``dynamic_numbers`` in (``False``: never)."""
@@ -94,12 +94,17 @@ def provenance_key(record: Any) -> str:
     return f"{name}{where}({', '.join(provenance_key(i) for i in record.inputs)})"
 
 
+def makes_dynamic(cd: Any) -> bool:
+    """Whether the function of compile data ``cd`` makes changed numbers dynamic: a ``thunder_ext.jit`` function that
+    did not ask for constant numbers nor failed over to them (plain ``thunder.jit`` under
+    :func:`thunder_ext.install` keeps Thunder's constant numbers)."""
+    return bool(cd.compile_options.get(OPTION)) and cd not in _REFUSED
+
+
 def note_changes(cd: Any, changes: list[tuple[Any, str]]) -> None:
     """Mark the numbers of ``changes`` (provenance record, the user's path) dynamic for the function of compile data
-    ``cd``: a ``thunder_ext.jit`` function that did not ask for constant numbers nor failed over to them (plain
-    ``thunder.jit`` under :func:`thunder_ext.install` keeps Thunder's constant numbers)."""
-    if changes and cd.compile_options.get(OPTION) and cd not in _REFUSED:
-        _DYNAMIC.setdefault(cd, {}).update((provenance_key(record), path) for record, path in changes)
+    ``cd`` (one that :func:`makes_dynamic`)."""
+    _DYNAMIC.setdefault(cd, {}).update((provenance_key(record), path) for record, path in changes)
 
 
 def dynamic_paths(cd: Any) -> list[str]:

@@ -47,8 +47,7 @@ DEFAULT_WARN_AFTER = 8
 class RecompileReason:
     """Why a call compiled again: the failure of every cache entry (:class:`GuardFailure`), in the order Thunder
     tried them (newest first), and the one of the entry that came closest to fitting (passed the most of its
-    prologue; the newest among equals), whose ``entry``, ``kind``, ``path``, ``old``, ``new`` and ``check`` it
-    repeats."""
+    prologue; the newest among equals), whose ``entry``, ``kind``, ``path``, ``old`` and ``new`` it repeats."""
 
     compilation: int
     """Which compilation of the function this was (2: the first recompilation)."""
@@ -57,14 +56,12 @@ class RecompileReason:
     path: str
     old: Any
     new: Any
-    check: str
     failures: tuple[GuardFailure, ...]
 
     @classmethod
     def of(cls, compilation: int, failures: tuple[GuardFailure, ...]) -> RecompileReason:
         closest = max(failures, key=lambda f: f.passed)
-        return cls(compilation, closest.entry, closest.kind, closest.path, closest.old, closest.new, closest.check,
-                   failures)
+        return cls(compilation, closest.entry, closest.kind, closest.path, closest.old, closest.new, failures)
 
     def __str__(self) -> str:
         lines = [f"compilation {self.compilation}: {self.kind.value} of {self.path} changed: {self.old!r} -> "
@@ -87,24 +84,24 @@ def explain_recompiles(jfn: Any) -> list[RecompileReason]:
     return list(_REASONS.get(cs, ())) if cs is not None else []
 
 
-def record_miss(fn: Any, args: Any, kwargs: Any) -> RecompileReason | None:
+def record_miss(fn: Any, args: Any, kwargs: Any) -> None:
     """At a cache miss of a compilation with the pipeline (Thunder's compile data in context): record why each
     existing cache entry did not fit the call ``fn(*args, **kwargs)``, mark the Python numbers that changed in the
-    closest entry dynamic (:mod:`thunder_ext.dynamic_numbers`), and warn at the function's limit; the reason recorded.
-    Nothing (``None``) for a first compilation."""
+    closest entry dynamic (:mod:`thunder_ext.dynamic_numbers`, for a function that keeps them), and warn at the
+    function's limit. Nothing for a first compilation."""
     cd, cs = COMPILE_DATA_CTX.get().get()
     if cd is None or cs is None or not cs.interpreter_cache or not state.active():
-        return None
+        return
     entries = list(enumerate(cs.interpreter_cache))
     names = parameter_names(fn)
     failures = tuple(_failure(index, entry, names, args, kwargs) for index, entry in reversed(entries))
     reasons = _REASONS.setdefault(cs, [])
     reasons.append(RecompileReason.of(len(entries) + 1, failures))
-    dynamic_numbers.note_changes(cd, _changes(entries[reasons[-1].entry][1], names, args, kwargs))
+    if dynamic_numbers.makes_dynamic(cd):
+        dynamic_numbers.note_changes(cd, _changes(entries[reasons[-1].entry][1], names, args, kwargs))
     limit = cd.compile_options.get(WARN_AFTER_OPTION, DEFAULT_WARN_AFTER)
     if limit is not None and len(reasons) == limit:
         _warn(fn, reasons)
-    return reasons[-1]
 
 
 def _failure(index: int, entry: Any, names: tuple[list[str], str | None], args: Any, kwargs: Any) -> GuardFailure:
