@@ -52,6 +52,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import math
+
+import thunder.clang as clang
 import thunder.core.jit_ext as jit_ext
 import thunder.core.interpreter as interpreter
 import thunder.core.proxies as proxies
@@ -75,12 +78,13 @@ from .eager import (batch_norm, data_dependent, eager_checks, optimizers, overlo
 from .eager.grad_fixes import BACKWARD_FIXES, GRAD_FIXES, put_grads
 from .host import fast, state
 from .host.fast import with_bound_symbols
-from .host.names import INFER_TENSOR_PROPERTIES, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, UPDATE_FUSION_CALL_CTX
+from .host.names import (INFER_TENSOR_PROPERTIES, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, NUMBER_BINARY_OPERATOR,
+                         NUMBER_UNARY_OPERATOR, UPDATE_FUSION_CALL_CTX)
 from .passes import autograd_boundary, cudagraph as effect_cudagraph, dce, fusion, partition, remat, split, waits
 from .passes.certificate import CollectiveCertificate
 from .passes.inplace_kernels import Reinplace
 from .passes.trace_verification import EffectVerification, verify_jitted
-from . import dynamic_numbers, recompiles
+from . import dynamic_numbers, dynamic_shapes, number_guards, recompiles
 from .python_state import (arguments, dict_state, interpreter_state, list_state, module_state, object_state, rebinding,
                            referents, state_epilogue, tensor_attributes, tensor_hooks)
 
@@ -119,10 +123,13 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
        for name, (original, checked) in unknown_numbers.STAND_INS.items()},
     "__bool__": (NumberProxy.__bool__,
                  dynamic_numbers.converting(data_dependent.deciding_bool(unknown_numbers.checked_bool))),
-    "proxify": (jit_ext.JitCtx.proxify, dynamic_numbers.proxify),
+    "proxify": (jit_ext.JitCtx.proxify, dynamic_shapes.proxify),
+    "tensorproxy": (proxies.tensorproxy, dynamic_shapes.tensorproxy),
     INFER_TENSOR_PROPERTIES.name: (INFER_TENSOR_PROPERTIES.get(), dynamic_numbers.in_shapes),
     "pyval": (proxies.pyval, dynamic_numbers.pyval),
-    "propagate_constraints": (jit_ext.propagate_constraints, dynamic_numbers.constrain),
+    NUMBER_BINARY_OPERATOR.name: (NUMBER_BINARY_OPERATOR.get(NumberProxy), dynamic_numbers.binary_op),
+    NUMBER_UNARY_OPERATOR.name: (NUMBER_UNARY_OPERATOR.get(NumberProxy), dynamic_numbers.unary_op),
+    "propagate_constraints": (jit_ext.propagate_constraints, number_guards.constrain),
     "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),
     # 5-6: input aliases, DCE, gradients
@@ -147,12 +154,14 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
 """Thunder function (by name) -> (the original, its stand-in), in the order a compilation reaches them. Each
 stand-in takes the original first, then the original's parameters."""
 
-MODULE_ATTRIBUTES: dict[str, tuple[Any, Any]] = {
+MODULE_ATTRIBUTES: dict[str, tuple[Any, Any, Any]] = {
+    # 2: ``math`` as Thunder's ``clang`` metas read it: an integer proxy is finite without a conversion
+    "math": (clang, math, dynamic_shapes.MATH_FOR_METAS),
     # 8: torch.compile as the torch.compile executor calls it: with the options of the region being fused
-    "torch": (torch, fusion.TORCH_FOR_FUSION),
+    "torch": (torch_compile, torch, fusion.TORCH_FOR_FUSION),
 }
-"""A module attribute of ``thunder.executors.torch_compile`` (by name) -> (the original, its replacement): objects,
-not functions, so there is no original to pass on; the replacement behaves as the original outside the step that
+"""A module attribute of a Thunder module (by name) -> (the module, the original, its replacement): objects, not
+functions, so there is no original to pass on; the replacement behaves as the original outside the step that
 needs it."""
 
 
@@ -213,7 +222,7 @@ def acquire(original: Callable[..., Any], fn: Any, args: Any, kwargs: Any, /, *,
             asked[:] = [leaves_asked, decided]
             return original(fn, args, kwargs, sharp_edges=sharp_edges, ad_hoc_executor=ad_hoc_executor)
 
-    results = dynamic_numbers.acquire(acquisition)
+    results = dynamic_shapes.acquire(acquisition)
     if not state.active():
         return results
     call = _Call(fn, args, kwargs, *asked)

@@ -5,10 +5,11 @@ Thunder's cache (``"constant values"``, the default) bakes every Python ``int`` 
 argument, an optimizer's ``group["lr"]``, a cache's position counter — into the trace and pins it in the prologue,
 so a learning-rate schedule recompiles the optimizer step at every step. Its ``"symbolic values"`` mode keeps all
 numbers as proxies — closure constants and list indices too, and every tensor shape, which most programs cannot
-trace yet. This module does what torch.compile's *automatic dynamic* does, for numbers, with shapes left static:
+trace yet. This module does what torch.compile's *automatic dynamic* does, for numbers (for tensor sizes:
+:mod:`thunder_ext.dynamic_shapes`):
 
 1. **Which numbers** (:func:`note_changes`): a recompilation whose closest cache entry failed on Python numbers that
-   changed value (same type; :func:`thunder_ext.prologue_checks.number_changes` replays the entry's prologue on the
+   changed value (same type; :func:`thunder_ext.prologue_checks.value_changes` replays the entry's prologue on the
    call) marks those numbers *dynamic* for the function, named by how the call reaches them (their provenance:
    ``self.pos``, ``opt.param_groups[0]["lr"]``); numbers that never changed stay constants (a closure's index, a
    flag). ``thunder_ext.jit(dynamic_numbers=False)`` never does this.
@@ -19,16 +20,13 @@ trace yet. This module does what torch.compile's *automatic dynamic* does, for n
 3. **Nothing baked unguarded**: every place the tracing turns a dynamic number into a Python value is recorded
    (:func:`converting`, :func:`deciding`, :func:`in_shapes`, :func:`pyval`): ``bool`` (the interpreter's, and
    ``NumberProxy.__bool__`` in Thunder's metas — ``alpha != 1`` in ``add``), ``int``/``float``/``operator.index``, a
-   tensor shape, ``pyval``. When the prologue is built (:func:`constrain`, after Thunder's ``propagate_constraints``)
-   each recorded value becomes a check that computes it again from the call's numbers — the trace's number
-   operations that made it (its *number slice*), run in the prologue (:data:`SAME_NUMBER`): ``-lr != 1`` holds for
-   every learning rate, so one entry serves them all; a call for which a recorded value differs misses the cache and
-   compiles anew (``thunder_ext.explain_recompiles`` shows the expression). A value the trace cannot recompute (made
-   where Thunder records no operations) makes the acquisition fail over to 4.
+   tensor shape (static shapes only), ``pyval``; and every operation ``NumberProxy``'s operators run on one is noted
+   (:class:`NumberOp`: :func:`binary_op`, :func:`unary_op` — also inside Thunder's metas, which the trace does not
+   record). :mod:`thunder_ext.number_guards` turns each recorded value into a prologue check that computes it again
+   from the call's numbers (``-lr != 1`` holds for every learning rate: one entry serves them all); a value whose
+   computation is not known makes the acquisition fail over to 4.
 4. **Fallback**: a dynamic acquisition that raises is retried with constant numbers, and the function keeps constant
    numbers from then on (:func:`refusal` says why).
-
-Not covered: tensor shapes that change (a ``DynamicCache`` growing by one position per token) still recompile.
 """
 
 from __future__ import annotations
@@ -41,19 +39,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import thunder.core.prims as prims
+from thunder.core.compile_data import using_symbolic_values
 from thunder.core.interpreter import PseudoInst, ProvenanceRecord, unwrap, wrap_const
-from thunder.core.proxies import NumberProxy, Proxy, proxy
+from thunder.core.proxies import NumberProxy, proxy
 from thunder.core.trace import TraceResults
 
-from effects import Effects, ResourceEffect
-
-from .declare.declarations import ASSERT
-from .declare.opaque_torch import executor
-from .eager.data_dependent import executable, is_data_dependent
+from .eager.data_dependent import is_data_dependent
 from .host.names import COMPILE_DATA_CTX
 
-__all__ = ["OPTION", "SAME_NUMBER", "provenance_key", "makes_dynamic", "note_changes", "dynamic_paths", "acquire",
-           "refusal", "proxify", "converting", "deciding", "in_shapes", "pyval", "constrain", "expression", "evaluate"]
+__all__ = ["OPTION", "NumberOp", "provenance_key", "provenance_path", "makes_dynamic", "note_changes",
+           "dynamic_paths", "acquire", "refusal", "describe", "dynamic", "recorded", "proxify", "converting",
+           "deciding", "in_shapes", "binary_op", "unary_op", "pyval"]
 
 OPTION = "thunder_effects_dynamic_numbers"
 """The compile option :func:`thunder_ext.jit` passes ``dynamic_numbers`` in (``False``: never)."""
@@ -64,11 +60,6 @@ _REFUSED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 """Compile data -> why its dynamic acquisition failed (the function keeps constant numbers)."""
 
 
-class _Unfollowed(Exception):
-    """A dynamic number turned into a Python value whose computation from the call's numbers the trace does not
-    record: the acquisition is retried with constant numbers."""
-
-
 @dataclass(frozen=True, slots=True)
 class _Concrete:
     """A number proxy the tracing turned into the Python value ``value``."""
@@ -77,21 +68,74 @@ class _Concrete:
     value: Any
 
 
+@dataclass(frozen=True, slots=True)
+class NumberOp:
+    """A number operation the tracing ran on number proxies (``NumberProxy``'s operators, wherever they run: a
+    meta's comparisons, which Thunder does not record in the trace, too): Thunder's name of it (``add``, ``eq``),
+    the Python function eager runs for it, its operands (proxies or constants)."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
 _records: ContextVar[list[_Concrete] | None] = ContextVar("thunder_effects_concrete_numbers", default=None)
+_Ops = dict[int, tuple[NumberProxy, NumberOp]]
+_ops: ContextVar[_Ops | None] = ContextVar("thunder_effects_number_ops", default=None)
 _dynamic_keys: ContextVar[dict[str, str] | None] = ContextVar("thunder_effects_dynamic_keys", default=None)
 
 
 # --- which numbers ------------------------------------------------------------------------------------------------
 def provenance_key(record: Any) -> str:
-    """How the call reaches a value, as a string that is the same in every acquisition of the function."""
+    """How the call reaches a value, as a string that is the same in every acquisition of the function (an
+    attribute read through the object's ``__dict__``, as the prologue may, is the attribute)."""
     if not isinstance(record, ProvenanceRecord):
         return "?"
+    through_dict = _through_dict(record)
+    if through_dict is not None:
+        return through_dict
     if record.inst is PseudoInst.CONSTANT:
         value = record.value
         return repr(value) if isinstance(value, (int, float, str, bool, type(None))) else f"<{type(value).__name__}>"
     name = record.inst.value if isinstance(record.inst, PseudoInst) else record.inst.opname
     where = "" if record.output_key is None and not record.output_idx else f"#{record.output_idx}:{record.output_key}"
     return f"{name}{where}({', '.join(provenance_key(i) for i in record.inputs)})"
+
+
+def provenance_path(record: Any) -> str:
+    """How the call reaches a value, as a user reads it: ``past_key_values.layers[0].keys``."""
+    if not isinstance(record, ProvenanceRecord):
+        return "?"
+    inputs = record.inputs
+    if record.inst is PseudoInst.CONSTANT:
+        return repr(record.value)
+    if record.inst is PseudoInst.INPUT_FN:  # the function (a module: ``self``)
+        return "self"
+    if record.inst is PseudoInst.LOAD_ATTR and len(inputs) == 2 and isinstance(inputs[1], ProvenanceRecord):
+        return f"{provenance_path(inputs[0])}.{inputs[1].value}"
+    if record.inst is PseudoInst.BINARY_SUBSCR and len(inputs) == 2:
+        root = inputs[0].inst if isinstance(inputs[0], ProvenanceRecord) else None
+        key = provenance_path(inputs[1])
+        if root in (PseudoInst.INPUT_KWARGS, PseudoInst.INPUT_ARGS):
+            return key.strip("'") if root is PseudoInst.INPUT_KWARGS else f"args[{key}]"
+        mapping = inputs[0]
+        if (isinstance(mapping, ProvenanceRecord) and mapping.inst is PseudoInst.LOAD_ATTR
+                and provenance_key(mapping.inputs[-1]) == "'__dict__'" and key.startswith("'")):
+            return f"{provenance_path(mapping.inputs[0])}.{key.strip(chr(39))}"  # an attribute through __dict__
+        return f"{provenance_path(mapping)}[{key}]"
+    return provenance_key(record)
+
+
+def _through_dict(record: ProvenanceRecord) -> str | None:
+    """``obj.__dict__['name']`` keyed as ``obj.name``; ``None`` for any other record."""
+    if record.inst is not PseudoInst.BINARY_SUBSCR or len(record.inputs) != 2:
+        return None
+    mapping, key = record.inputs
+    if (not isinstance(mapping, ProvenanceRecord) or mapping.inst is not PseudoInst.LOAD_ATTR
+            or len(mapping.inputs) != 2 or provenance_key(mapping.inputs[1]) != "'__dict__'"
+            or not isinstance(key, ProvenanceRecord) or key.inst is not PseudoInst.CONSTANT):
+        return None
+    return f"{PseudoInst.LOAD_ATTR.value}({provenance_key(mapping.inputs[0])}, {provenance_key(key)})"
 
 
 def makes_dynamic(cd: Any) -> bool:
@@ -121,27 +165,42 @@ def acquire(call: Callable[[], TraceResults]) -> TraceResults:
     """The acquisition ``call()``, with the function's dynamic numbers as proxies (recording what the tracing makes
     of them), retried with constant numbers if that raises."""
     cd, _ = COMPILE_DATA_CTX.get().get()
-    keys = _DYNAMIC.get(cd) if cd is not None else None
-    if not keys:
+    if cd is None or not _DYNAMIC.get(cd):
         return call()
     try:
-        with _dynamic(keys):
+        with dynamic(cd):
             return call()
     except Exception as error:  # Thunder cannot trace these numbers as proxies here: constant numbers from now on
         del _DYNAMIC[cd]
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        _REFUSED[cd] = f"{type(error).__name__}: {first}"[:300]
+        _REFUSED[cd] = describe(error)
         return call()
 
 
+def describe(error: Exception) -> str:
+    """Why an acquisition failed, in one line: the error's type and first line."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {first}"[:300]
+
+
 @contextlib.contextmanager
-def _dynamic(keys: dict[str, str]) -> Iterator[None]:
-    records, key_token = _records.set([]), _dynamic_keys.set(keys)
+def dynamic(cd: Any) -> Iterator[None]:
+    """An acquisition of the function of compile data ``cd`` with its dynamic numbers proxied, every conversion of
+    a number proxy to a Python value recorded (and guarded by :func:`constrain`)."""
+    records, ops, key_token = _records.set([]), _ops.set({}), _dynamic_keys.set(_DYNAMIC.get(cd, {}))
     try:
         yield
     finally:
         _records.reset(records)
+        _ops.reset(ops)
         _dynamic_keys.reset(key_token)
+
+
+def recorded() -> tuple[list[_Concrete], _Ops] | None:
+    """What the dynamic acquisition in progress made of number proxies: the values it turned them into, and the
+    number operations it ran on them (by the identity of the proxy each made: names repeat across the traces
+    an acquisition makes); ``None`` outside one."""
+    records = _records.get()
+    return None if records is None else (records, _ops.get() or {})
 
 
 def _record(p: Any, value: Any) -> None:
@@ -195,10 +254,34 @@ def deciding(decided_bool: Callable[[Any], Any]) -> Callable[[Any], Any]:
 def in_shapes(original: Callable[..., Any], like: Any = None, shape: Any = None, device: Any = None,
               dtype: Any = None, requires_grad: Any = None, grad: Any = None, distparallel_type: Any = None,
               thunder_fsdp_padding_size: Any = None) -> Any:
-    """``_infer_tensor_properties``: a number proxy in a new tensor's shape is recorded (shapes are static)."""
-    for s in shape or ():
+    """``_infer_tensor_properties``: a number proxy in a new tensor's shape is recorded where shapes are static (not
+    in the symbolic mode of :mod:`thunder_ext.dynamic_shapes`)."""
+    for s in () if using_symbolic_values() else shape or ():
         _record(s, getattr(s, "value", s))
     return original(like, shape, device, dtype, requires_grad, grad, distparallel_type, thunder_fsdp_padding_size)
+
+
+def binary_op(original: Callable[..., Any], a: Any, b: Any, name: str, fn: Callable[..., Any],
+              type_promotion_kind: Any = None) -> Any:
+    """``NumberProxy``'s binary operators (``a + b``, ``a == b``): a number proxy they make is noted with how."""
+    out = original(a, b, name, fn, type_promotion_kind)
+    _note_op(out, name, fn, (a, b))
+    return out
+
+
+def unary_op(original: Callable[..., Any], a: Any, name: str, fn: Callable[..., Any],
+             type_promotion_kind: Any = None) -> Any:
+    """``NumberProxy``'s unary operators (``-a``, ``math.ceil(a)``): a number proxy they make is noted with how."""
+    out = original(a, name, fn, type_promotion_kind)
+    _note_op(out, name, fn, (a,))
+    return out
+
+
+def _note_op(out: Any, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    ops = _ops.get()
+    if ops is not None and isinstance(out, NumberProxy) and all(isinstance(a, (NumberProxy, int, float, bool))
+                                                                 for a in args):
+        ops[id(out)] = (out, NumberOp(name, fn, args))
 
 
 def pyval(original: Callable[[Any], Any], x: Any) -> Any:
@@ -206,115 +289,3 @@ def pyval(original: Callable[[Any], Any], x: Any) -> Any:
     value = original(x)
     _record(x, value)
     return value
-
-
-# --- the guards --------------------------------------------------------------------------------------------------
-_GUARDS: dict[int, tuple[str, Callable[..., Any]]] = {}
-"""Key -> (the expression, the number slice as a function of its input numbers) a :data:`SAME_NUMBER` evaluates."""
-
-
-def _same_number(key: int, expected: Any, *numbers: Any) -> None:
-    if _GUARDS[key][1](*numbers) != expected:
-        raise RuntimeError(f"thunder_effects_same_number: {expression(key, [repr(n) for n in numbers])} changed (a "
-                           "cache miss, not an error)")
-
-
-def _same_number_meta(key: int, expected: Any, *numbers: Any) -> None:
-    return None
-
-
-SAME_NUMBER = executor.register_operator(
-    "thunder_effects_same_number", meta=_same_number_meta, fn=_same_number,
-    effects=Effects(resources=frozenset({ResourceEffect(ASSERT, ordered=False)})))
-"""``same_number(key, expected, *numbers)``: a prologue check that the number slice ``key`` of the call's dynamic
-numbers still gives the value the trace was made for; otherwise the entry does not fit the call."""
-
-
-def expression(key: int, names: list[str]) -> str:
-    """The expression a :data:`SAME_NUMBER` check evaluates, of its numbers by ``names`` (``ne(neg(lr), 1)``)."""
-    return _GUARDS[key][0].format(*names)
-
-
-def evaluate(key: int, numbers: tuple[Any, ...]) -> Any:
-    """The value of the :data:`SAME_NUMBER` slice ``key`` on ``numbers``."""
-    return _GUARDS[key][1](*numbers)
-
-
-class _Slices:
-    """The number operations of a computation trace (every level: a meta's comparisons are subsymbols), by the
-    proxy each defines (the innermost definer); a number proxy with a provenance is a dynamic number of the call."""
-
-    def __init__(self, trace: Any) -> None:
-        self.definer: dict[str, Any] = {}
-        todo = list(trace.bound_symbols)
-        while todo:
-            bsym = todo.pop()
-            for out in bsym.flat_proxy_outs:  # a subsymbol is seen after its parent: the innermost wins
-                self.definer[out.name] = bsym
-            todo.extend(bsym.subsymbols)
-
-    def of(self, target: NumberProxy) -> tuple[list[Any], list[NumberProxy]] | None:
-        """The bound symbols computing ``target`` from dynamic numbers (dependency order) and those numbers;
-        ``None`` when a step is not a number operation of the trace."""
-        order: list[Any] = []
-        leaves: dict[str, NumberProxy] = {}
-        seen: set[str] = set()
-        todo: list[tuple[Proxy, bool]] = [(target, False)]
-        while todo:
-            p, expanded = todo.pop()
-            if expanded:
-                order.append(self.definer[p.name])
-            elif p.name not in seen:
-                seen.add(p.name)
-                if p.history is not None:  # proxied from the call
-                    leaves[p.name] = p
-                    continue
-                bsym = self.definer.get(p.name)
-                args = bsym.flat_proxy_args if bsym is not None else None
-                if args is None or not all(isinstance(a, NumberProxy) for a in args):
-                    return None
-                todo.append((p, True))
-                todo.extend((a, False) for a in args)
-        return list(dict.fromkeys(order)), list(leaves.values())
-
-    def text(self, target: Proxy, leaves: list[NumberProxy]) -> str:
-        """``target`` as a template of an expression of ``leaves`` (``{0}``: the first): ``ne(neg({0}), 1)``."""
-        position = {p.name: k for k, p in enumerate(leaves)}
-
-        def text(p: Proxy) -> str:
-            bsym = self.definer.get(p.name) if p.name not in position else None
-            if bsym is None:
-                return f"{{{position[p.name]}}}" if p.name in position else p.name
-            args = [text(a) if isinstance(a, Proxy) else repr(a).replace("{", "{{").replace("}", "}}")
-                    for a in bsym.args]
-            return f"{bsym.sym.name}({', '.join(args)})"
-
-        return text(target)
-
-
-def constrain(original: Callable[..., Any], ctx: Any, inputs: Any, intermediates: Any,
-              computation_trace: Any) -> None:
-    """``propagate_constraints`` (Thunder's, first), then one prologue constraint per distinct value the tracing made
-    of a dynamic number (see the module docstring, 3)."""
-    original(ctx, inputs, intermediates, computation_trace)
-    records = _records.get()
-    if not records:
-        return
-    slices = _Slices(computation_trace)
-    seen: set[tuple[Any, ...]] = set()
-    for record in records:
-        found = slices.of(record.proxy)
-        if found is None:
-            raise _Unfollowed(f"the value of {record.proxy.name} ({record.value!r}) was read where the trace does not "
-                              "record how it is computed from the call's numbers")
-        bsyms, leaves = found
-        text = slices.text(record.proxy, leaves)
-        if (text, record.value, *(p.name for p in leaves)) in seen or not leaves:
-            continue
-        seen.add((text, record.value, *(p.name for p in leaves)))
-        if not bsyms:  # a dynamic number itself
-            ctx.add_constraint((prims.check_number_type_and_value, leaves[0], record.value))
-        else:
-            key = len(_GUARDS)
-            _GUARDS[key] = (text, executable(bsyms, record.proxy, tuple(leaves)))
-            ctx.add_constraint((SAME_NUMBER, key, record.value, *leaves))

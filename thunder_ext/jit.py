@@ -39,6 +39,7 @@ from .declare import opaque_torch
 from .host import patches, state
 from .options import check_jit_arguments
 from .dynamic_numbers import OPTION as DYNAMIC_OPTION
+from .dynamic_shapes import OPTION as DYNAMIC_SHAPES_OPTION
 from .recompiles import DEFAULT_WARN_AFTER, WARN_AFTER_OPTION
 
 __all__ = ["jit", "install", "uninstall", "enabled"]
@@ -74,7 +75,7 @@ def enabled() -> bool:
 def jit(
     fn: Callable[..., Any], /, *, verify: bool = False, reinplace: bool = True, certify_collectives: bool = True,
     compile_options: Mapping[str, Any] | None = None, recompile_warning_after: int | None = DEFAULT_WARN_AFTER,
-    dynamic_numbers: bool = True, **kwargs: Any,
+    dynamic_numbers: bool = True, dynamic_shapes: bool = True, **kwargs: Any,
 ) -> Callable[..., Any]:
     """``thunder.jit(fn, **kwargs)`` with the effect pipeline (see the module docstring).
 
@@ -85,8 +86,9 @@ def jit(
     :class:`~thunder_ext.recompiles.RecompileWarning` naming the most frequent reason
     (:func:`~thunder_ext.recompiles.explain_recompiles`); ``dynamic_numbers`` makes a Python number that changed
     between calls an input of the trace instead of a constant, after the first recompilation it causes
-    (:mod:`thunder_ext.dynamic_numbers`; ``False``: every number stays a constant). Every other keyword goes to
-    ``thunder.jit``;
+    (:mod:`thunder_ext.dynamic_numbers`; ``False``: every number stays a constant); ``dynamic_shapes`` does the same
+    for tensor sizes (:mod:`thunder_ext.dynamic_shapes`; with dynamic numbers only; ``False``: static shapes). Every
+    other keyword goes to ``thunder.jit``;
     ``compile_options`` are compile options for executors this package does not know, passed on unchecked.
 
     Raises:
@@ -94,7 +96,8 @@ def jit(
     """
     skip_alias_updates = kwargs.pop("skip_inplace_alias_updates", True)
     check_jit_arguments(fn, {"verify": verify, "reinplace": reinplace, "certify_collectives": certify_collectives,
-                             "skip_inplace_alias_updates": skip_alias_updates, "dynamic_numbers": dynamic_numbers},
+                             "skip_inplace_alias_updates": skip_alias_updates, "dynamic_numbers": dynamic_numbers,
+                             "dynamic_shapes": dynamic_shapes},
                         kwargs, {"recompile_warning_after": recompile_warning_after})
     kwargs.update(compile_options or {})
     transforms = compilation.transforms(list(kwargs.pop("transforms", None) or []), reinplace=reinplace,
@@ -103,6 +106,7 @@ def jit(
     kwargs[state.OPTION] = True
     kwargs[WARN_AFTER_OPTION] = recompile_warning_after
     kwargs[DYNAMIC_OPTION] = dynamic_numbers
+    kwargs[DYNAMIC_SHAPES_OPTION] = dynamic_shapes
     kwargs[state.OPTION_ALIAS_UPDATES] = not skip_alias_updates
     patches.hook_compilations(calls.rewrap)
     return calls.wrap(thunder.jit(fn, transforms=transforms, skip_inplace_alias_updates=False, **kwargs), verify)

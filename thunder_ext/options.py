@@ -7,7 +7,7 @@ fail only at the first call, deep inside a pass. :func:`check_jit_arguments` ref
 
 * the function: something callable (a function or a ``torch.nn.Module``);
 * thunder_ext's own switches (``verify``, ``reinplace``, ``certify_collectives``, ``skip_inplace_alias_updates``,
-  ``dynamic_numbers``) and
+  ``dynamic_numbers``, ``dynamic_shapes``) and
   ``disable_torch_autograd``: a ``bool`` (``verify="no"`` would turn verification on);
 * ``recompile_warning_after``: a positive ``int``, or ``None`` (never warn) (:mod:`thunder_ext.recompiles`);
 * ``executors``: a list of executors or names of registered executors (a bare string is a sequence of letters);
@@ -58,7 +58,8 @@ THUNDER_JIT_KEYWORDS = frozenset({"langctx", "executors", "sharp_edges", "cache"
                                   "transforms", "debug_options"})
 """``thunder.jit``'s named keywords."""
 
-OWN_SWITCHES = ("verify", "reinplace", "certify_collectives", "skip_inplace_alias_updates", "dynamic_numbers")
+OWN_SWITCHES = ("verify", "reinplace", "certify_collectives", "skip_inplace_alias_updates", "dynamic_numbers",
+                "dynamic_shapes")
 """``thunder_ext.jit``'s own keywords (all ``bool``)."""
 
 OWN_COMPILE_OPTIONS = (SHARE_OUTPUTS_OPTION,)

@@ -1,5 +1,6 @@
 """Which check of a cache entry's prologue a call fails, and what it compared: :func:`first_failure`; the Python
-numbers whose value checks fail (:func:`number_changes`, for :mod:`thunder_ext.dynamic_numbers`).
+numbers and tensor sizes whose value checks fail (:func:`value_changes`, for :mod:`thunder_ext.dynamic_numbers` and
+:mod:`thunder_ext.dynamic_shapes`).
 
 Thunder decides a cache hit by running each cache entry's *prologue*; a failing check raises and the exception is
 swallowed, saying nothing a user can act on. On the replay of :mod:`thunder_ext.prologue_replay`, the first symbol that
@@ -21,7 +22,7 @@ import torch
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import Proxy
 
-from .dynamic_numbers import SAME_NUMBER, evaluate, expression
+from .number_guards import SAME_NUMBER, evaluate, expression
 from .eager.data_dependent import SAME_DECISION, decided
 from .eager.eager_checks import SAME_LAYOUT, SAME_STORAGE
 from .prologue_replay import (CACHE_INFO, GuardFailure, GuardKind, Replay, Shown, check_id, is_unpacking, replayed,
@@ -30,7 +31,7 @@ from .python_state.arguments import storage_pattern
 from .python_state.dict_state import CHECK_KEYS
 from .python_state.interpreter_state import SAME_LEAF
 
-__all__ = ["first_failure", "number_changes", "failure", "RULES"]
+__all__ = ["first_failure", "value_changes", "failure", "RULES"]
 
 
 def first_failure(index: int, entry: Any, names: tuple[list[str], str | None], args: Any,
@@ -42,20 +43,41 @@ def first_failure(index: int, entry: Any, names: tuple[list[str], str | None], a
     return unknown(index, "every check passes on replay")
 
 
-def number_changes(entry: Any, names: tuple[list[str], str | None], args: Any, kwargs: Any) -> list[tuple[Any, str]]:
-    """The Python numbers of ``entry``'s prologue whose value check fails on the call with a value of the same type
-    (``int`` or ``float``), as (the provenance record of the value, its path): the replay goes past every failing
-    check (a prompt's shape and a position counter change together) and stops where a value cannot be unpacked."""
-    changes = []
+def value_changes(entry: Any, names: tuple[list[str], str | None], args: Any,
+                  kwargs: Any) -> tuple[list[tuple[Any, str]], list[tuple[Any, str, tuple[int, ...]]]]:
+    """What of the call differs from ``entry``'s values where only a value, not a type or a structure, changed: the
+    Python numbers whose value check fails with a value of the same type (``int`` or ``float``), as (the provenance
+    record of the value, its path), and the tensors whose shape check fails with the same rank, dtype, device and
+    ``requires_grad``, as (provenance record, path, the dimensions whose size changed). The replay goes past every
+    failing check (a prompt's shape and a position counter change together) and stops where a value cannot be
+    unpacked."""
+    numbers, sizes = [], []
     for _, bsym, _, replay in replayed(entry, names, args, kwargs):
-        if is_unpacking(check_id(bsym)):
+        sid = check_id(bsym)
+        if is_unpacking(sid):
             break
-        if check_id(bsym) is PrimIDs.CHECK_NUMBER_TYPE_AND_VALUE:
+        history = getattr(bsym.args[0], "history", None) if bsym.args else None
+        if history is None:
+            continue
+        if sid is PrimIDs.CHECK_NUMBER_TYPE_AND_VALUE:
             old, new = bsym.args[1], replay.value(bsym.args[0])
-            history = getattr(bsym.args[0], "history", None)
-            if type(old) is type(new) and type(new) in (int, float) and history is not None:
-                changes.append((history, replay.path(bsym.args[0])))
-    return changes
+            if type(old) is type(new) and type(new) in (int, float):
+                numbers.append((history, replay.path(bsym.args[0])))
+        elif sid is PrimIDs.CHECK_TENSOR_SHAPE_AND_METADATA:
+            dims = _changed_dims([replay.value(x) for x in bsym.args])
+            if dims:
+                sizes.append((history, replay.path(bsym.args[0]), dims))
+    return numbers, sizes
+
+
+def _changed_dims(values: list[Any]) -> tuple[int, ...]:
+    """The dimensions whose size a shape check's tensor has changed, when nothing else of it did."""
+    t, shape, device, dtype, requires_grad = values
+    if (not isinstance(t, torch.Tensor) or t.ndim != len(shape) or t.dtype != dtype or str(t.device) != str(device)
+            or t.requires_grad != requires_grad):
+        return ()
+    return tuple(i for i, (size, old) in enumerate(zip(t.shape, shape, strict=True))
+                 if not isinstance(old, Proxy) and size != old)
 
 
 def failure(replay: Replay, index: int, bsym: Any, error: Exception, passed: int) -> GuardFailure:
@@ -168,7 +190,7 @@ def _layout(replay: Replay, operands: Any, values: list[Any]) -> _Found:
 def _same_number(replay: Replay, operands: Any, values: list[Any]) -> _Found:
     key, expected, *numbers = values
     return (GuardKind.NUMBER, expression(key, [replay.path(p) for p in operands[2:]]), expected,
-            evaluate(key, tuple(numbers)))
+            evaluate(key, tuple(numbers), type(expected)))
 
 
 def _decision(replay: Replay, operands: Any, values: list[Any]) -> _Found:

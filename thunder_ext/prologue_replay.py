@@ -194,6 +194,9 @@ class Replay:
             paths = [self.item(self.path(a[0]), i) for i in range(len(outs))]
         elif sid == DEREFERENCE.id:
             paths = [f"{self.path(a[0])}()"]
+        elif sid is PrimIDs.SHAPE:  # a tensor's dynamic sizes (thunder_ext.dynamic_shapes); its others are constants
+            outs = [o for o in bsym.output if isinstance(o, Proxy)]
+            paths = [f"{self.path(a[0])}.shape[{i}]" for i, o in enumerate(bsym.output) if isinstance(o, Proxy)]
         else:
             paths = [o.name for o in outs]
         for out, path in zip(outs, paths, strict=False):

@@ -29,8 +29,8 @@ import thunder
 
 from .host import state
 from .host.names import COMPILE_DATA_CTX
-from . import dynamic_numbers
-from .prologue_checks import first_failure, number_changes
+from . import dynamic_numbers, dynamic_shapes
+from .prologue_checks import first_failure, value_changes
 from .prologue_replay import GuardFailure, GuardKind, parameter_names, unknown
 
 __all__ = ["RecompileReason", "RecompileWarning", "explain_recompiles", "record_miss", "WARN_AFTER_OPTION",
@@ -98,7 +98,10 @@ def record_miss(fn: Any, args: Any, kwargs: Any) -> None:
     reasons = _REASONS.setdefault(cs, [])
     reasons.append(RecompileReason.of(len(entries) + 1, failures))
     if dynamic_numbers.makes_dynamic(cd):
-        dynamic_numbers.note_changes(cd, _changes(entries[reasons[-1].entry][1], names, args, kwargs))
+        numbers, sizes = _changes(entries[reasons[-1].entry][1], names, args, kwargs)
+        dynamic_numbers.note_changes(cd, numbers)
+        if dynamic_shapes.makes_dynamic(cd):
+            dynamic_shapes.note_changes(cd, sizes)
     limit = cd.compile_options.get(WARN_AFTER_OPTION, DEFAULT_WARN_AFTER)
     if limit is not None and len(reasons) == limit:
         _warn(fn, reasons)
@@ -112,12 +115,13 @@ def _failure(index: int, entry: Any, names: tuple[list[str], str | None], args: 
         return unknown(index, f"the replay failed: {type(error).__name__}: {error}")
 
 
-def _changes(entry: Any, names: tuple[list[str], str | None], args: Any, kwargs: Any) -> list[tuple[Any, str]]:
-    """:func:`number_changes`, never raising."""
+def _changes(entry: Any, names: tuple[list[str], str | None], args: Any,
+             kwargs: Any) -> tuple[list[tuple[Any, str]], list[tuple[Any, str, tuple[int, ...]]]]:
+    """:func:`value_changes`, never raising."""
     try:
-        return number_changes(entry, names, args, kwargs)
+        return value_changes(entry, names, args, kwargs)
     except Exception:
-        return []
+        return [], []
 
 
 def _warn(fn: Any, reasons: list[RecompileReason]) -> None:

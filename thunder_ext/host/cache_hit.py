@@ -25,13 +25,13 @@ prologue's timer around the prologue. On a trivial function that is ~30 µs agai
    and returns is called without its two mode decorators (:func:`plain_epilogue`).
 
 No entry passing (a recompile trigger), an empty cache, a call while Thunder traces, a cache option other than
-constant values, autocast, DDP/FSDP: the call goes to Thunder's own path (through :func:`thunder_ext.jit`'s
-wrapper), which runs the prologues again and compiles. So the fast path can only take a hit Thunder would take
-with the same entry: the prologues are the guards, the cache-info dictionary equals Thunder's, and everything else
-falls back. ``tests/thunder_ext/test_cache_hit_equivalence.py`` runs a corpus of programs through both paths and
-compares the entry chosen, the cache info and every statistics field after each call; what the path relies on in
-Thunder's code (the prologue's timer closure and check globals, the epilogue's decorators) is in
-:data:`thunder_ext.host.reliances.RELIANCES`.
+constant or symbolic values (the prologues decide both alike), autocast, DDP/FSDP: the call goes to Thunder's own
+path (through :func:`thunder_ext.jit`'s wrapper), which runs the prologues again and compiles. So the fast path can
+only take a hit Thunder would take with the same entry: the prologues are the guards, the cache-info dictionary
+equals Thunder's, and everything else falls back. ``tests/thunder_ext/test_cache_hit_equivalence.py`` runs a corpus
+of programs through both paths and compares the entry chosen, the cache info and every statistics field after each
+call; what the path relies on in Thunder's code (the prologue's timer closure and check globals, the epilogue's
+decorators) is in :data:`thunder_ext.host.reliances.RELIANCES`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ _cache_info_ctx = CACHE_INFO_CTX.get()
 _compile_data = COMPILE_DATA_CTX.get()
 _Tensor = torch.Tensor
 _strided = torch.strided
-_CONSTANT_VALUES = CACHE_OPTIONS.CONSTANT_VALUES
+_CACHING = (CACHE_OPTIONS.CONSTANT_VALUES, CACHE_OPTIONS.SYMBOLIC_VALUES)
 
 
 def alias_string(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -295,7 +295,7 @@ def hit_path(jfn: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(slow)
     def call(*args: Any, **kwargs: Any) -> Any:
         cd, cs = weak_cd(), weak_cs()
-        if cd is None or cs is None or not cs.interpreter_cache or cd.cache_option is not _CONSTANT_VALUES:
+        if cd is None or cs is None or not cs.interpreter_cache or cd.cache_option not in _CACHING:
             return slow(*args, **kwargs)
         if get_tracectx() is not None:  # called while Thunder traces: Thunder inlines the function
             return slow(*args, **kwargs)

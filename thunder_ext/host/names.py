@@ -108,7 +108,8 @@ from typing import Any
 __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES", "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS",
            "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "PROPERTY_TABLE", "OPCODE_TABLE", "LOOKASIDE_TABLE", "GRAD_TABLE",
            "LTORCH_COPY", "NAME_POSTFIX", "INFER_TENSOR_PROPERTIES", "INTERPRET_CALL", "KNOWN_WRAPPERS",
-           "ADDITIONAL_OUTPUTS", "CONSTRAINTS", "PROXIED_VALUES",
+           "ADDITIONAL_OUTPUTS", "CONSTRAINTS", "PROXIED_VALUES", "NUMBER_BINARY_OPERATOR",
+           "NUMBER_UNARY_OPERATOR",
            "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
            "FLAT_PROXY_ARGS", "REGION_FIELDS", "CACHE_INFO_CTX", "COMPILE_DATA_CTX", "CHECK_IMPLS", "INPUT_ALIASES",
            "PLACED_ALIASES", "EPILOGUE_WRITES", "REBOUND", "HOOKS", "DCE_FIXPOINT", "RESOLVED", "FUSED", "RUNNER",
@@ -125,6 +126,8 @@ class Kind(enum.Enum):
     """``owner`` is a module; read with :meth:`Private.get` (no object)."""
     FIELD = "field"
     """An attribute of every ``owner`` instance (a dataclass field or set in ``__init__``)."""
+    METHOD = "class attribute"
+    """An attribute of the class ``owner`` itself (a method); read with :meth:`Private.get` of the class."""
     CACHE = "cached property"
     """A ``functools.cached_property`` of ``owner``: read from the instance dict, only when already computed."""
 
@@ -228,6 +231,13 @@ PROXIED_VALUES = Private("thunder.core.interpreter.InterpreterRuntimeCtx", "_pro
                          ("python_state/tensor_attributes", "eager/data_dependent", "python_state/referents"),
                          "the interpreter's wrappers of proxied values: a tensor a generator yields gets its own back, "
                          "a weak reference's referent the proxy the trace holds")
+NUMBER_BINARY_OPERATOR = Private("thunder.core.proxies.NumberProxy", "_elementwise_binary_helper", Kind.METHOD,
+                                 ("compilation", "host/patches"),
+                                 "every binary operator of a number proxy (a static method): patched to note how each "
+                                 "number proxy was made (dynamic_numbers)")
+NUMBER_UNARY_OPERATOR = Private("thunder.core.proxies.NumberProxy", "_elementwise_unary_helper", Kind.METHOD,
+                                ("compilation", "host/patches"),
+                                "every unary operator of a number proxy (a static method): patched as the binary one")
 SIGINFO = Private("thunder.core.trace.TraceCtx", "_siginfo", Kind.FIELD,
                   ("passes/autograd_boundary", "eager/data_dependent"),
                   "a trace's signature; autograd write-backs add epilogue parameters")
@@ -252,7 +262,7 @@ REGION_FIELDS = tuple(
 CACHE_INFO_CTX = Private("thunder", "_cache_info_ctx", Kind.MODULE, ("host/cache_hit",),
                          "the cache-info dictionary a prologue reads (thunder._get_cache_info); the hit path sets it")
 COMPILE_DATA_CTX = Private("thunder.core.compile_data", "_compile_data", Kind.MODULE,
-                           ("dynamic_numbers", "host/cache_hit", "recompiles"),
+                           ("dynamic_numbers", "dynamic_shapes", "host/cache_hit", "recompiles"),
                            "the (compile data, stats) context a prologue runs under; set without the generator "
                            "context manager")
 CHECK_IMPLS = tuple(
@@ -265,7 +275,7 @@ CHECK_IMPLS = tuple(
 PRIVATE_NAMES: tuple[Private, ...] = (
     TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, PROPERTY_TABLE, OPCODE_TABLE, LOOKASIDE_TABLE,
     GRAD_TABLE, LTORCH_COPY, NAME_POSTFIX, INFER_TENSOR_PROPERTIES, INTERPRET_CALL, KNOWN_WRAPPERS, ADDITIONAL_OUTPUTS,
-    CONSTRAINTS, PROXIED_VALUES,
+    CONSTRAINTS, PROXIED_VALUES, NUMBER_BINARY_OPERATOR, NUMBER_UNARY_OPERATOR,
     SIGINFO, UPDATE_FUSION_CALL_CTX, BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS,
     *REGION_FIELDS,
     CACHE_INFO_CTX, COMPILE_DATA_CTX, *CHECK_IMPLS,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -58,8 +59,8 @@ from ..compilation import STAND_INS, dist_utils
 from ..eager import transformers_compat
 from ..passes import cudagraph as effect_cudagraph
 from . import state
-from .names import GRAD_TABLE, INFER_TENSOR_PROPERTIES, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX, \
-    OPCODE_TABLE, PROPERTY_TABLE, UPDATE_FUSION_CALL_CTX
+from .names import (GRAD_TABLE, INFER_TENSOR_PROPERTIES, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX,
+                    NUMBER_BINARY_OPERATOR, NUMBER_UNARY_OPERATOR, OPCODE_TABLE, PROPERTY_TABLE, UPDATE_FUSION_CALL_CTX)
 
 __all__ = ["Patch", "PATCHES", "OPTIONAL_LOOKASIDES", "optional_patches", "STAND_INS", "RUNNER_METHODS",
            "COMPILE_HOOK", "ADD_TRANSFORM_HOOK", "guarded", "apply", "restore", "applied", "holding",
@@ -99,6 +100,8 @@ class Patch:
         if not isinstance(self.owner, dict):
             if value is ABSENT:
                 delattr(self.owner, self.name)
+            elif isinstance(inspect.getattr_static(self.owner, self.name, None), staticmethod):
+                setattr(self.owner, self.name, staticmethod(value))  # a static method stays one
             else:
                 setattr(self.owner, self.name, value)
         elif value is ABSENT:
@@ -148,15 +151,12 @@ def _where() -> dict[str, tuple[Any, ...]]:
     nvfuser = _optional_module("thunder.executors.nvfuserex_impl")
     extra = (nvfuser,) if nvfuser is not None else ()
     return {
-        "wrap": (interpreter,),
-        LTORCH_COPY.name: (ltorch,),
-        "unpack_inputs": (jit_ext,),
-        NAME_POSTFIX.name: (jit_ext,),
+        "wrap": (interpreter,), LTORCH_COPY.name: (ltorch,), "unpack_inputs": (jit_ext,), NAME_POSTFIX.name: (jit_ext,),
         "__bool__": (NumberProxy,), "__float__": (NumberProxy,), "__int__": (NumberProxy,),
-        "__index__": (IntegerProxy,), "proxify": (jit_ext.JitCtx,), INFER_TENSOR_PROPERTIES.name: (proxies,),
-        "pyval": (ltorch, clang, prims), "propagate_constraints": (jit_ext,),
-        "build_value_from_wrapped": (jit_ext,),
-        "process_recorded_modifications": (jit_ext,),
+        "__index__": (IntegerProxy,), "proxify": (jit_ext.JitCtx,), "tensorproxy": (proxies,),
+        NUMBER_BINARY_OPERATOR.name: (NumberProxy,), NUMBER_UNARY_OPERATOR.name: (NumberProxy,),
+        INFER_TENSOR_PROPERTIES.name: (proxies,), "pyval": (ltorch, clang, prims), "propagate_constraints": (jit_ext,),
+        "build_value_from_wrapped": (jit_ext,), "process_recorded_modifications": (jit_ext,),
         "insert_alias_updates": (thunder,),
         "dce": (transform_common, thunder, passes, torch_compile, autodiff, thunder_transforms, *extra),
         "put_grads": (thunder_transforms,),
@@ -215,7 +215,7 @@ def _table_patches() -> list[Patch]:
 
 PATCHES: tuple[Patch, ...] = (
     *_stand_in_patches(), *_table_patches(),
-    *(Patch(torch_compile, name, original, new) for name, (original, new) in compilation.MODULE_ATTRIBUTES.items()),
+    *(Patch(owner, name, original, new) for name, (owner, original, new) in compilation.MODULE_ATTRIBUTES.items()),
 )
 
 OPTIONAL_LOOKASIDES: dict[str, Callable[[Any], dict[Any, Callable[..., Any]]]] = {

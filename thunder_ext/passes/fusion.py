@@ -94,7 +94,23 @@ def _can_fuse(original: Callable[..., bool], self: Any, bsym: BoundSymbol) -> bo
     sid = bsym.sym.id
     if sid in _refused_ids() and (sid in _torch_autograd_fallbacks() or collectives.is_async_collective(bsym)):
         return False
-    return id(bsym) not in kept_out_ids() and bool(original(self, bsym))
+    return id(bsym) not in kept_out_ids() and not _constant_outputs(bsym) and bool(original(self, bsym))
+
+
+def _constant_outputs(bsym: BoundSymbol) -> bool:
+    """Whether some output of ``bsym`` is a plain number: the static sizes ``prims.shape`` returns for a tensor with
+    a dynamic size (:mod:`thunder_ext.dynamic_shapes`) — the region builder names every output."""
+    return any(isinstance(o, (int, float)) for o in bsym.flat_outs)
+
+
+def _named_outputs_only(bsyms: Sequence[BoundSymbol]) -> list[BoundSymbol]:
+    """``bsyms`` without the subsymbols that return plain numbers (size queries, see :func:`_constant_outputs`): the
+    region builder names every output of every member and of its subsymbols; nothing reads a plain number by name."""
+    kept = []
+    for bsym in bsyms:
+        subs = [s for s in bsym.subsymbols if not _constant_outputs(s)]
+        kept.append(bsym if len(subs) == len(bsym.subsymbols) else bsym.from_bsym(subsymbols=subs))
+    return kept
 
 
 # --- torch.compile regions that draw random numbers -------------------------------------------------------------
@@ -134,7 +150,9 @@ def fuse(original: Callable[..., BoundSymbol], self: Any, region: Any, fusion_co
     generator as eager does — Inductor's own generator (seeded from the default one) draws other numbers, so a
     program that seeds (inside or before the call) would not see eager's. Costs those regions Inductor's fused random
     number generation; other regions are compiled as before. The options reach ``torch.compile`` through
-    :class:`TorchForFusion`, for this call only (a context variable: other threads compile unaffected)."""
+    :class:`TorchForFusion`, for this call only (a context variable: other threads compile unaffected). Members'
+    subsymbols that return plain numbers are left out of the copy compiled (:func:`_named_outputs_only`)."""
+    region.bound_symbols = _named_outputs_only(region.bound_symbols)
     if not draws_random_numbers(region.bound_symbols):
         return fast.fuse(original, self, region, fusion_counter)
     token = _INDUCTOR_OPTIONS.set({"fallback_random": True})
