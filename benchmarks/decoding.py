@@ -12,8 +12,9 @@ Columns: compilations (``thunder.cache_misses`` over the whole decode), tokens a
 the first call (tracing and compilation), the median of the one-token calls after the last compilation against
 eager's, and the recompile reasons (:func:`thunder_ext.explain_recompiles`, the most frequent). Python numbers that
 change from token to token are made inputs of the trace after their first change
-(:mod:`thunder_ext.dynamic_numbers`); tensor shapes stay static, so a ``DynamicCache`` compiles at every token
-(``--dynamic-tokens`` limits those rows, default 4).
+(:mod:`thunder_ext.dynamic_numbers`), and so are tensor sizes (:mod:`thunder_ext.dynamic_shapes`): the prompt's
+length changes at the first one-token call, and a ``DynamicCache``'s tensors, written back one position longer than
+they were read, are made dynamic in that same compilation.
 
 Run: ``python benchmarks/decoding.py`` (about 10 minutes on 2 CPU cores); writes ``benchmarks/results/decoding.md``
 and ``.json``.
@@ -137,27 +138,25 @@ def _equal(got: Any, expected: Any) -> bool:
     return True
 
 
-def _cases(tokens: int, dynamic_tokens: int) -> list[tuple[str, Callable[[], torch.nn.Module], Any, int]]:
+def _cases(tokens: int) -> list[tuple[str, Callable[[], torch.nn.Module], Any, int]]:
     cases: list[tuple[str, Callable[[], torch.nn.Module], Any, int]] = [
         ("litgpt KV cache", _litgpt, lambda f, n, m: _litgpt_decode(f, n, m), tokens)]
     for name in ("llama", "mistral", "qwen2", "gpt2"):
         _CONFIGS[name] = _hf(name).config
         for kind in ("StaticCache", "DynamicCache"):
             decoder = _hf_decoder(name, kind)
-            cases.append((f"{name} {kind}", lambda name=name: _hf(name), lambda f, n, m, d=decoder: d(f, n),
-                          tokens if kind == "StaticCache" else dynamic_tokens))
+            cases.append((f"{name} {kind}", lambda name=name: _hf(name), lambda f, n, m, d=decoder: d(f, n), tokens))
     return cases
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=16)
-    parser.add_argument("--dynamic-tokens", type=int, default=4, help="tokens of the DynamicCache rows")
     parser.add_argument("--only", default="", help="run the rows whose name contains this")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []
-    for label, make, decode, tokens in _cases(args.tokens, args.dynamic_tokens):
+    for label, make, decode, tokens in _cases(args.tokens):
         if args.only in label:
             rows.append(_row(label, make, decode, tokens))
             print(rows[-1], flush=True)
@@ -170,8 +169,7 @@ def main() -> None:
          for r in rows])
     print(table)
     intro = ("Produced by `python benchmarks/decoding.py` (see its docstring); torch on 1 thread, CPU, tiny random "
-             "models; times in the same process. *Per token*: the median one-token call after the last compilation "
-             "(a row that compiles at every token, DynamicCache's, shows a compilation there).")
+             "models; times in the same process. *Per token*: the median one-token call after the last compilation.")
     write_results("decoding", {"environment": environment("cpu"), "rows": rows},
                   f"# Greedy decoding through thunder_ext.jit\n\n{intro}\n\n{table}")
 
