@@ -13,6 +13,7 @@ import torch  # noqa: E402
 
 import thunder  # noqa: E402
 import thunder_ext  # noqa: E402
+from executor_configs import FUSION_TYPES  # noqa: E402
 
 STEPS = 5
 
@@ -78,25 +79,19 @@ def test_fused_step_matches_eager(kind):
 
 
 @pytest.mark.slow
-def test_step_matches_eager_with_torchcompile():
-    _run("adam", {"foreach": True}, executors=["torchcompile"])
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
-@pytest.mark.parametrize("foreach", [False, True])
-@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("kind,foreach,fusion_type", [
+    (kind, foreach, FUSION_TYPES[(k + foreach) % 2])  # one fusion type per cell, alternating (both run)
+    for k, kind in enumerate(sorted(OPTIMIZERS)) for foreach in (False, True)])
 def test_step_matches_eager_with_torchcompile_sweep(kind, foreach, fusion_type):
     _run(kind, {"foreach": foreach}, executors=["torchcompile"], fusion_type=fusion_type)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("jit_kwargs", [
-    {}, {"executors": ["torch"]},
-    {"executors": ["torchcompile"], "fusion_type": "consecutive"},
-    {"executors": ["torchcompile"], "fusion_type": "dataflow"},
-], ids=["default", "torch", "torchcompile-consecutive", "torchcompile-dataflow"])
-@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("foreach,jit_kwargs", [
+    (True, {}), (True, {"executors": ["torch"]}), (False, {"executors": ["torch"]}),
+    (True, {"executors": ["torchcompile"], "fusion_type": "consecutive"}),
+    (True, {"executors": ["torchcompile"], "fusion_type": "dataflow"}),
+], ids=["default", "torch", "torch-foreach=False", "torchcompile-consecutive", "torchcompile-dataflow"])
 def test_jitted_training_step_calls_step(foreach, jit_kwargs):
     """The step runs inside a differentiated compilation (the returned loss requires grad): the output-less
     ``_foreach_*_`` calls must stay in the forward (:mod:`thunder_ext.passes.split`), the state it creates has no

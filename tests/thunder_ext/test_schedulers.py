@@ -135,13 +135,18 @@ recompilation test below are the default run's scheduler coverage."""
 
 
 def _scheduler_cells() -> list:
-    """Every optimizer, scheduler and place of the scheduler's creation, each under one of ``torch`` and the default
-    executors, alternating (both run across the cells: a cell costs 13 s here); ``sgd`` with the scheduler made
-    before also under both torch.compile fusion types."""
-    plain = ("torch", "default")
-    cells = [(o, s, w, plain[k % 2]) for k, (o, s, w) in enumerate(
-        (o, s, w) for o in OPTIMIZERS for s in SCHEDULERS for w in ("before", "after", "inside"))]
-    cells += [("sgd", s, "before", e) for s in SCHEDULERS for e in EXECUTORS if e.startswith("torchcompile")]
+    """Every scheduler at every place of its creation, the optimizer rotating (cell ``(s, w)`` runs optimizer
+    ``(s + w) mod 3``: every pair of optimizer x scheduler, optimizer x place and scheduler x place runs; each
+    dimension is its own mechanism — the optimizer's state, the scheduler's lr arithmetic, where the scheduler wraps
+    ``step`` — so the full product repeated the pairs at 13 s a cell), each under one of ``torch`` and the default
+    executors, alternating; ``sgd`` with the scheduler made before also under one torch.compile fusion type per
+    scheduler, alternating (both fusion types run)."""
+    plain, opts = ("torch", "default"), list(OPTIMIZERS)
+    places = ("before", "after", "inside")
+    cells = [(opts[(i + j) % len(opts)], s, w, plain[(i * len(places) + j) % 2])
+             for i, s in enumerate(SCHEDULERS) for j, w in enumerate(places)]
+    compiled = [e for e in EXECUTORS if e.startswith("torchcompile")]
+    cells += [("sgd", s, "before", compiled[i % 2]) for i, s in enumerate(SCHEDULERS)]
     return [pytest.param(*cell, marks=() if cell in DEFAULT_CELLS else pytest.mark.slow) for cell in cells]
 
 
