@@ -28,3 +28,14 @@ def alternating_fusion(cases: Sequence[tuple[object, ...]], ids: Sequence[str]) 
                          marks=() if (i + j) % 2 == 0 else pytest.mark.slow)
             for i, (case, name) in enumerate(zip(cases, ids, strict=True))
             for j, fusion_type in enumerate(FUSION_TYPES)]
+
+
+def per_case(cases: Sequence[object], ids: Sequence[str]) -> list[object]:
+    """``(case, config)`` parameters: each case under ``torch``, the default executors and one torch.compile fusion
+    type, the fusion types alternating from case to case (both run across the cases; both for every case repeated
+    one mechanism at seconds a compilation); torch.compile's are ``slow``, as in :data:`PARAMS`."""
+    compiled = [name for name in CONFIGS if name.startswith("torchcompile")]
+    return [pytest.param(case, config, id=f"{name}-{config}",
+                         marks=pytest.mark.slow if config.startswith("torchcompile") else ())
+            for i, (case, name) in enumerate(zip(cases, ids, strict=True))
+            for config in ("torch", compiled[i % len(compiled)], "default")]

@@ -1,6 +1,7 @@
 """litgpt (Lightning's model zoo) through thunder_ext.jit (issue 16): a tiny random-initialised ``GPT`` — forward,
 KV-cache greedy decoding (``set_kv_cache``: the cache buffers are written in place every step) and training steps —
-matches eager, with the default executors, ``["torch"]`` and ``["torchcompile"]``. Skipped when litgpt is not
+matches eager, with the default executors, ``["torch"]`` and ``["torchcompile"]`` (the forward's logits on the torch
+executor; under the others the training steps' losses compare the same forward). Skipped when litgpt is not
 installed; nothing is downloaded. The default-executor training crash this issue reported was in
 :mod:`thunder_ext.passes.inductor_guard` (reduced:
 ``test_inductor_guard.test_effects_on_an_operand_the_call_leaves_out``).
@@ -72,12 +73,12 @@ def _slow_unless(default: str | None):
     return [pytest.param(name, marks=() if name == default else pytest.mark.slow) for name in EXECUTORS]
 
 
-@pytest.mark.parametrize("executors", _slow_unless(None))  # decoding's prompt step covers a forward by default
-def test_forward_matches_eager(executors):
+@pytest.mark.slow  # one executor: the training steps compare the same forward's loss on all three
+def test_forward_matches_eager():
     eager = tiny_gpt()
     model = tiny_gpt()
     tokens = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(1))
-    torch.testing.assert_close(_jit(model, executors)(tokens), eager(tokens))
+    torch.testing.assert_close(_jit(model, "torch")(tokens), eager(tokens))
 
 
 @pytest.mark.parametrize("executors", _slow_unless(None))  # ~10-20 s per cell on 2 cores: CI runs them
