@@ -32,10 +32,12 @@ def alternating_fusion(cases: Sequence[tuple[object, ...]], ids: Sequence[str]) 
 
 def per_case(cases: Sequence[object], ids: Sequence[str]) -> list[object]:
     """``(case, config)`` parameters: each case under ``torch``, the default executors and one torch.compile fusion
-    type, the fusion types alternating from case to case (both run across the cases; both for every case repeated
-    one mechanism at seconds a compilation); torch.compile's are ``slow``, as in :data:`PARAMS`."""
+    type. By default a case runs under one of ``torch`` and the default executors, the other and torch.compile
+    ``slow``; which one, and the fusion type, alternate from case to case (each runs across the cases; every
+    configuration for every case repeated one mechanism at a compilation each)."""
+    plain = ("torch", "default")
     compiled = [name for name in CONFIGS if name.startswith("torchcompile")]
     return [pytest.param(case, config, id=f"{name}-{config}",
-                         marks=pytest.mark.slow if config.startswith("torchcompile") else ())
+                         marks=() if config == plain[i % 2] else pytest.mark.slow)
             for i, (case, name) in enumerate(zip(cases, ids, strict=True))
-            for config in ("torch", compiled[i % len(compiled)], "default")]
+            for config in (*plain, compiled[i % len(compiled)])]

@@ -57,16 +57,10 @@ def _run(kind: str, options: dict, **jit_kwargs) -> tuple[torch.optim.Optimizer,
     return eager, jitted, thunder.cache_misses(step.__wrapped__)
 
 
-DEFAULT_CELLS = {("adamw", True)}
-"""Run by default (each cell ~12 s on the 2-core CI machine; SGD without foreach is the default cell of
-``test_grad_attributes`` and ``test_schedulers``, the other optimizers that of ``test_optimizer_catalog``); the other
-cells are ``slow``."""
-
-
-@pytest.mark.parametrize("kind,foreach", [
-    pytest.param(k, f, marks=() if (k, f) in DEFAULT_CELLS else pytest.mark.slow)
-    for k in sorted(OPTIMIZERS) for f in (False, True)
-])
+@pytest.mark.slow  # ~5 s a cell: the default run's optimizer steps are SGD with momentum (test_grad_attributes,
+# test_schedulers) and the catalog's default cells (foreach with step tensors, Adafactor, two parameter groups)
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
 def test_step_matches_eager_with_the_torch_executor(kind, foreach):
     _, _, compiles = _run(kind, {"foreach": foreach}, executors=["torch"])
     assert compiles == 2  # the step that creates the state, then every later step
