@@ -135,18 +135,18 @@ recompilation test below are the default run's scheduler coverage."""
 
 
 def _scheduler_cells() -> list:
-    """Every scheduler at every place of its creation, the optimizer rotating (cell ``(s, w)`` runs optimizer
-    ``(s + w) mod 3``: every pair of optimizer x scheduler, optimizer x place and scheduler x place runs; each
-    dimension is its own mechanism — the optimizer's state, the scheduler's lr arithmetic, where the scheduler wraps
-    ``step`` — so the full product repeated the pairs at 13 s a cell), each under one of ``torch`` and the default
-    executors, alternating; ``sgd`` with the scheduler made before also under one torch.compile fusion type per
-    scheduler, alternating (both fusion types run)."""
-    plain, opts = ("torch", "default"), list(OPTIMIZERS)
-    places = ("before", "after", "inside")
-    cells = [(opts[(i + j) % len(opts)], s, w, plain[(i * len(places) + j) % 2])
-             for i, s in enumerate(SCHEDULERS) for j, w in enumerate(places)]
+    """A scheduler stepped ``inside`` the jitted function is traced: every scheduler there, the optimizer rotating.
+    Made ``before`` or ``after`` the jitted step, it runs eagerly between calls (what differs is which lrs the step
+    sees, and whether the scheduler wraps ``step``): every optimizer there, the scheduler rotating. Each cell under
+    one of ``torch`` and the default executors, alternating (a cell costs 13 s here); ``sgd`` with the scheduler
+    made before also under each torch.compile fusion type."""
+    plain, opts, scheds = ("torch", "default"), list(OPTIMIZERS), list(SCHEDULERS)
+    cells = [(opts[i % len(opts)], s, "inside") for i, s in enumerate(scheds)]
+    cells += [(o, scheds[(i + 3 * k) % len(scheds)], w)
+              for k, w in enumerate(("before", "after")) for i, o in enumerate(opts)]
+    cells = [(*cell, plain[i % 2]) for i, cell in enumerate(cells)]
     compiled = [e for e in EXECUTORS if e.startswith("torchcompile")]
-    cells += [("sgd", s, "before", compiled[i % 2]) for i, s in enumerate(SCHEDULERS)]
+    cells += [("sgd", s, "before", e) for s, e in zip(("step", "onecycle"), compiled, strict=True)]
     return [pytest.param(*cell, marks=() if cell in DEFAULT_CELLS else pytest.mark.slow) for cell in cells]
 
 
