@@ -22,11 +22,6 @@ from hypothesis import HealthCheck, settings
 
 import effects
 
-try:  # declare Thunder's symbols before the leak check snapshots the default registry
-    import thunder_ext  # noqa: F401
-except ImportError:  # lightning-thunder not installed: the thunder_ext tests skip themselves
-    pass
-
 SLOW = bool(os.environ.get("EFFECTS_SLOW"))
 """Run the tests marked ``slow`` too (set by ``.ci/run``)."""
 
@@ -67,6 +62,18 @@ def _default_registry_unchanged():
     before = effects.default_registry().snapshot()
     yield
     assert effects.default_registry().snapshot() == before, "test leaked declarations into default_registry()"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Declare Thunder's symbols (``import thunder_ext``) before any test runs, so that the leak check's snapshots
+    of the default registry all include them — in every process that runs tests, not in pytest-xdist's controller,
+    which only hands tests out (its import took ~7 s before the workers started)."""
+    if session.config.pluginmanager.hasplugin("dsession"):
+        return
+    try:
+        import thunder_ext  # noqa: F401
+    except ImportError:  # lightning-thunder not installed: the thunder_ext tests skip themselves
+        pass
 
 
 def pytest_report_header(config: pytest.Config) -> str:

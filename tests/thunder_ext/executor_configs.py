@@ -28,3 +28,16 @@ def alternating_fusion(cases: Sequence[tuple[object, ...]], ids: Sequence[str]) 
                          marks=() if (i + j) % 2 == 0 else pytest.mark.slow)
             for i, (case, name) in enumerate(zip(cases, ids, strict=True))
             for j, fusion_type in enumerate(FUSION_TYPES)]
+
+
+def per_case(cases: Sequence[object], ids: Sequence[str]) -> list[object]:
+    """``(case, config)`` parameters: each case under ``torch``, the default executors and one torch.compile fusion
+    type. By default a case runs under one of ``torch`` and the default executors, the other and torch.compile
+    ``slow``; which one, and the fusion type, alternate from case to case (each runs across the cases; every
+    configuration for every case repeated one mechanism at a compilation each)."""
+    plain = ("torch", "default")
+    compiled = [name for name in CONFIGS if name.startswith("torchcompile")]
+    return [pytest.param(case, config, id=f"{name}-{config}",
+                         marks=() if config == plain[i % 2] else pytest.mark.slow)
+            for i, (case, name) in enumerate(zip(cases, ids, strict=True))
+            for config in (*plain, compiled[i % len(compiled)])]

@@ -5,8 +5,9 @@ A growing cache appends per-layer objects to a list inside the call, and later c
 each call must leave the caller's cache as eager does — real tensors, never the trace's proxies — and a cache with a
 different number of layers must not reuse a compilation traced for another (``len(cache.layers)`` is pinned in
 the prologue). A module built inside ``forward`` (a loss) simply runs. Each case compares with eager on identical
-copies, over several calls (first compilations and cache hits), on the torch executor and torch.compile (both
-fusion types). Stock ``thunder.jit`` is recorded as the contrast: it leaves proxies in the caller's list.
+copies, over several calls (first compilations and cache hits), on the torch executor, the default executors and
+torch.compile (both fusion types; where a test runs several cases, one per case, alternating). Stock
+``thunder.jit`` is recorded as the contrast: it leaves proxies in the caller's list.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import thunder_ext  # noqa: E402
 from thunder.core.proxies import Proxy  # noqa: E402
 from thunder_ext.python_state.object_state import CreatedObjectError  # noqa: E402
 
-from executor_configs import CONFIGS, PARAMS  # noqa: E402
+from executor_configs import CONFIGS, PARAMS, per_case  # noqa: E402
 
 
 class Layer:
@@ -116,8 +117,7 @@ def _run(fn, cache_type, calls: int = 3):
     return results, cache.contents()
 
 
-@pytest.mark.parametrize("cache_type", CACHES.values(), ids=CACHES.keys())
-@pytest.mark.parametrize("config", PARAMS)
+@pytest.mark.parametrize("cache_type,config", per_case(list(CACHES.values()), list(CACHES)))
 def test_a_cache_filled_inside_the_call_matches_eager(cache_type, config):
     options = CONFIGS[config]
     """First call: layers created and appended (length 0 pinned); later calls: the same layers updated (length 2
@@ -168,8 +168,7 @@ def clear_list(x: torch.Tensor, items: list) -> torch.Tensor:
     return total * 2
 
 
-@pytest.mark.parametrize("fn", [edit_list, clear_list])
-@pytest.mark.parametrize("config", PARAMS)
+@pytest.mark.parametrize("fn,config", per_case([edit_list, clear_list], ["edit_list", "clear_list"]))
 def test_list_methods_on_an_argument_match_eager(fn, config):
     """``insert``, ``pop``, ``append``, ``extend``, ``__setitem__``, ``remove``, ``__delitem__``, ``reverse``,
     ``clear``, ``+=``: the caller's list ends as eager's (the same length each call: one compilation)."""

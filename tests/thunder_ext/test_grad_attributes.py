@@ -114,12 +114,13 @@ executor matrix runs (the fast tests below cover each mechanism without an optim
 
 
 def _cells(names) -> list:
-    """Every program under ``torch``, the default executors and one torch.compile fusion type, the fusion types
-    alternating from program to program (both run across the programs; a torch.compile cell costs 15 s here)."""
+    """Every program under one of ``torch`` and the default executors and one torch.compile fusion type, each
+    alternating from program to program (all four run across the programs; a torch.compile cell costs 15 s here,
+    an optimizer compilation ~5 s)."""
+    plain = ("torch", "default")
     fusions = [e for e in EXECUTORS if e.startswith("torchcompile")]
     return [pytest.param(name, executor, marks=() if (name, executor) == DEFAULT_CELL else pytest.mark.slow)
-            for k, name in enumerate(names) for executor in EXECUTORS
-            if not executor.startswith("torchcompile") or executor == fusions[k % len(fusions)]]
+            for k, name in enumerate(names) for executor in (plain[k % 2], fusions[k % 2])]
 
 
 def _assert_same(eager: tuple[torch.nn.Module, torch.optim.Optimizer],

@@ -15,7 +15,7 @@ import thunder_ext
 import thunder
 from effects import interpreter_owned
 
-from executor_configs import CALLS, CONFIGS, PARAMS
+from executor_configs import CALLS, CONFIGS, PARAMS, per_case
 
 
 def _flat(out: Any) -> list[Any]:
@@ -104,8 +104,7 @@ CONTEXT_PROGRAMS = [nested_no_grad_enable_grad, nested_enable_grad_no_grad, deco
                     set_grad_enabled_off_on, inside_inference_mode]
 
 
-@pytest.mark.parametrize("config", PARAMS)
-@pytest.mark.parametrize("fn", CONTEXT_PROGRAMS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn,config", per_case(CONTEXT_PROGRAMS, [f.__name__ for f in CONTEXT_PROGRAMS]))
 def test_context_managers(fn: Callable[..., Any], config: str) -> None:
     _check(fn, config, _leaf)
 

@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 import thunder_ext  # noqa: E402
 
-from executor_configs import CALLS, CONFIGS, PARAMS  # noqa: E402
+from executor_configs import CALLS, CONFIGS, per_case  # noqa: E402
 
 
 def _two_views() -> tuple[types.SimpleNamespace, types.SimpleNamespace]:
@@ -46,8 +46,7 @@ def _run(fn: Callable[..., torch.Tensor], jit: Callable[[Callable[..., Any]], Ca
     return [outs, a.cfg["t"], list(a.items), a.cfg is b.cfg, a.items is b.items]
 
 
-@pytest.mark.parametrize("fn", [write_a_read_b, grow_both], ids=lambda f: f.__name__)
-@pytest.mark.parametrize("config", PARAMS)
+@pytest.mark.parametrize("fn,config", per_case([write_a_read_b, grow_both], ["write_a_read_b", "grow_both"]))
 def test_writes_through_one_path_are_read_through_another(fn: Callable[..., torch.Tensor], config: str) -> None:
     expected = _run(fn, lambda f: f)
     got = _run(fn, lambda f: thunder_ext.jit(f, **CONFIGS[config]))

@@ -13,6 +13,7 @@ import torch  # noqa: E402
 
 import thunder  # noqa: E402
 import thunder_ext  # noqa: E402
+from executor_configs import FUSION_TYPES  # noqa: E402
 
 STEPS = 5
 
@@ -56,16 +57,10 @@ def _run(kind: str, options: dict, **jit_kwargs) -> tuple[torch.optim.Optimizer,
     return eager, jitted, thunder.cache_misses(step.__wrapped__)
 
 
-DEFAULT_CELLS = {("adamw", True)}
-"""Run by default (each cell ~12 s on the 2-core CI machine; SGD without foreach is the default cell of
-``test_grad_attributes`` and ``test_schedulers``, the other optimizers that of ``test_optimizer_catalog``); the other
-cells are ``slow``."""
-
-
-@pytest.mark.parametrize("kind,foreach", [
-    pytest.param(k, f, marks=() if (k, f) in DEFAULT_CELLS else pytest.mark.slow)
-    for k in sorted(OPTIMIZERS) for f in (False, True)
-])
+@pytest.mark.slow  # ~5 s a cell: the default run's optimizer steps are SGD with momentum (test_grad_attributes,
+# test_schedulers) and the catalog's default cells (foreach with step tensors, Adafactor, two parameter groups)
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
 def test_step_matches_eager_with_the_torch_executor(kind, foreach):
     _, _, compiles = _run(kind, {"foreach": foreach}, executors=["torch"])
     assert compiles == 2  # the step that creates the state, then every later step
@@ -78,25 +73,19 @@ def test_fused_step_matches_eager(kind):
 
 
 @pytest.mark.slow
-def test_step_matches_eager_with_torchcompile():
-    _run("adam", {"foreach": True}, executors=["torchcompile"])
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
-@pytest.mark.parametrize("foreach", [False, True])
-@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("kind,foreach,fusion_type", [
+    (kind, foreach, FUSION_TYPES[(k + foreach) % 2])  # one fusion type per cell, alternating (both run)
+    for k, kind in enumerate(sorted(OPTIMIZERS)) for foreach in (False, True)])
 def test_step_matches_eager_with_torchcompile_sweep(kind, foreach, fusion_type):
     _run(kind, {"foreach": foreach}, executors=["torchcompile"], fusion_type=fusion_type)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("jit_kwargs", [
-    {}, {"executors": ["torch"]},
-    {"executors": ["torchcompile"], "fusion_type": "consecutive"},
-    {"executors": ["torchcompile"], "fusion_type": "dataflow"},
-], ids=["default", "torch", "torchcompile-consecutive", "torchcompile-dataflow"])
-@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("foreach,jit_kwargs", [
+    (True, {}), (True, {"executors": ["torch"]}), (False, {"executors": ["torch"]}),
+    (True, {"executors": ["torchcompile"], "fusion_type": "consecutive"}),
+    (True, {"executors": ["torchcompile"], "fusion_type": "dataflow"}),
+], ids=["default", "torch", "torch-foreach=False", "torchcompile-consecutive", "torchcompile-dataflow"])
 def test_jitted_training_step_calls_step(foreach, jit_kwargs):
     """The step runs inside a differentiated compilation (the returned loss requires grad): the output-less
     ``_foreach_*_`` calls must stay in the forward (:mod:`thunder_ext.passes.split`), the state it creates has no

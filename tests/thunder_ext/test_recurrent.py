@@ -9,7 +9,8 @@ gradients of tensors nested in list arguments (the weight list, an LSTM's ``(h0,
 for three steps (the first call, then cache hits), an SGD step between calls, and compares the outputs and hidden
 states, the gradients of the input, the initial state and every parameter, and the parameters after the step. An LSTM
 and an LSTM cell on the torch executor run by default (interpreting ``RNNBase.forward`` costs seconds per
-compilation); GRU, RNN, the other cells, torch.compile (both fusion types) and the wider variants are ``slow``.
+compilation); GRU, RNN, the other cells, the default executors, torch.compile (one fusion type per case,
+alternating) and the wider variants are ``slow``.
 """
 
 from __future__ import annotations
@@ -123,8 +124,9 @@ def test_recurrent_training_matches_eager(name: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", ["torchcompile-consecutive", "torchcompile-dataflow", "default"])
-@pytest.mark.parametrize("name", [*CASES, *WIDE])
+@pytest.mark.parametrize("name,config", [  # the default executors, and one torch.compile fusion type, alternating
+    (name, config) for k, name in enumerate([*CASES, *WIDE])
+    for config in ("default", ("torchcompile-consecutive", "torchcompile-dataflow")[k % 2])])
 def test_recurrent_training_matches_eager_wide(name: str, config: str) -> None:
     check_training({**CASES, **WIDE}[name], CONFIGS[config])
 

@@ -135,13 +135,18 @@ recompilation test below are the default run's scheduler coverage."""
 
 
 def _scheduler_cells() -> list:
-    """Every optimizer, scheduler and place of the scheduler's creation, each under one of ``torch`` and the default
-    executors, alternating (both run across the cells: a cell costs 13 s here); ``sgd`` with the scheduler made
-    before also under both torch.compile fusion types."""
-    plain = ("torch", "default")
-    cells = [(o, s, w, plain[k % 2]) for k, (o, s, w) in enumerate(
-        (o, s, w) for o in OPTIMIZERS for s in SCHEDULERS for w in ("before", "after", "inside"))]
-    cells += [("sgd", s, "before", e) for s in SCHEDULERS for e in EXECUTORS if e.startswith("torchcompile")]
+    """A scheduler stepped ``inside`` the jitted function is traced: every scheduler there, the optimizer rotating.
+    Made ``before`` or ``after`` the jitted step, it runs eagerly between calls (what differs is which lrs the step
+    sees, and whether the scheduler wraps ``step``): every optimizer there, the scheduler rotating. Each cell under
+    one of ``torch`` and the default executors, alternating (a cell costs 13 s here); ``sgd`` with the scheduler
+    made before also under each torch.compile fusion type."""
+    plain, opts, scheds = ("torch", "default"), list(OPTIMIZERS), list(SCHEDULERS)
+    cells = [(opts[i % len(opts)], s, "inside") for i, s in enumerate(scheds)]
+    cells += [(o, scheds[(i + 3 * k) % len(scheds)], w)
+              for k, w in enumerate(("before", "after")) for i, o in enumerate(opts)]
+    cells = [(*cell, plain[i % 2]) for i, cell in enumerate(cells)]
+    compiled = [e for e in EXECUTORS if e.startswith("torchcompile")]
+    cells += [("sgd", s, "before", e) for s, e in zip(("step", "onecycle"), compiled, strict=True)]
     return [pytest.param(*cell, marks=() if cell in DEFAULT_CELLS else pytest.mark.slow) for cell in cells]
 
 

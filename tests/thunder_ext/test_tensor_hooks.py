@@ -15,7 +15,7 @@ import thunder_ext
 import thunder
 from thunder_ext.python_state.tensor_hooks import HookError, HookSealedError
 
-from executor_configs import CALLS, CONFIGS, PARAMS
+from executor_configs import CALLS, CONFIGS, PARAMS, per_case
 
 
 def _check(fn: Callable[..., Any], config: str, *make: Callable[[], torch.Tensor]) -> None:
@@ -114,8 +114,7 @@ PROGRAMS = [scaled, returns_none, two_hooks_in_order, used_twice_and_before, con
             conditional_under_no_grad, hooked_output, removed, through_a_list]
 
 
-@pytest.mark.parametrize("config", PARAMS)
-@pytest.mark.parametrize("fn", PROGRAMS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn,config", per_case(PROGRAMS, [f.__name__ for f in PROGRAMS]))
 def test_hooks_as_eager(fn: Callable[..., Any], config: str) -> None:
     _check(fn, config, _leaf)
 

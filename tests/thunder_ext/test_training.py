@@ -5,8 +5,8 @@ The gradient matrix (``grad_cases.CASES``: in-place ops on intermediates, chains
 intermediates, in-place activations in modules, BatchNorm in training, index/scatter/masked writes, mutated inputs
 that do not require grad, no-grad updates, returned views, aliased arguments) runs eagerly and through
 ``thunder_ext.jit`` twice (first call and cache hit): outputs, inputs after the call, every ``.grad`` and every
-buffer must match. The torch executor runs the whole matrix; torch.compile (both fusion types) a representative
-subset, and the whole matrix under ``-m slow`` (CI).
+buffer must match. The torch executor runs the whole matrix; torch.compile a representative subset (both fusion
+types, one by default), and under ``-m slow`` (CI) every other case under one fusion type, alternating.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import thunder  # noqa: E402
 import thunder_ext  # noqa: E402
 from effects import FunctionalizationError  # noqa: E402
 
+from executor_configs import FUSION_TYPES  # noqa: E402
 from grad_cases import CASES, Case, mismatches  # noqa: E402
 
 BY_NAME = {case.name: case for case in CASES}
@@ -43,7 +44,7 @@ def _subset_cells():
     """Each case of the subset under both fusion types; by default under one (alternating, so both are covered),
     the other ``slow``."""
     for i, name in enumerate(TORCHCOMPILE_SUBSET):
-        for j, fusion_type in enumerate(("consecutive", "dataflow")):
+        for j, fusion_type in enumerate(FUSION_TYPES):
             yield pytest.param(name, fusion_type, id=f"{name}-{fusion_type}",
                                marks=() if (i + j) % 2 == 0 else pytest.mark.slow)
 
@@ -54,11 +55,11 @@ def test_gradient_matrix_torchcompile_subset(name: str, fusion_type: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fusion_type", ["consecutive", "dataflow"])
-@pytest.mark.parametrize("case", [
-    pytest.param(c, id=c.name, marks=() if c.torchcompile_issue is None
+@pytest.mark.parametrize("case,fusion_type", [
+    pytest.param(c, FUSION_TYPES[i % 2], id=f"{c.name}-{FUSION_TYPES[i % 2]}",  # one per case, alternating
+                 marks=() if c.torchcompile_issue is None
                  else pytest.mark.xfail(strict=True, raises=KeyError, reason=c.torchcompile_issue))
-    for c in CASES if c.name not in TORCHCOMPILE_SUBSET])
+    for i, c in enumerate(c for c in CASES if c.name not in TORCHCOMPILE_SUBSET)])
 def test_gradient_matrix_torchcompile_all(case: Case, fusion_type: str):
     assert mismatches(case, _jit(executors=["torchcompile"], fusion_type=fusion_type)) == []
 

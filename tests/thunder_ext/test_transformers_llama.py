@@ -24,10 +24,11 @@ Compile counts: decoding compiles twice — the prompt (which also initialises t
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 pytest.importorskip("thunder")
-transformers = pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
@@ -35,6 +36,21 @@ import thunder  # noqa: E402
 import thunder_ext  # noqa: E402
 from thunder_ext.host import patches as _patches  # noqa: E402
 from thunder_ext.eager import transformers_compat  # noqa: E402
+
+transformers: Any = None
+DynamicCache: Any = None
+"""``transformers`` and its ``DynamicCache``, set by :func:`_transformers` when the module's first test runs, not at
+collection (~2 s of CPU in every process, most of which run none of these tests). ``DynamicCache`` is resolved
+outside the traces: ``transformers`` imports it lazily, and an import inside a trace assigns module locks (a
+failure of its own, not the one tested)."""
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _transformers() -> None:
+    global transformers, DynamicCache
+    transformers = pytest.importorskip("transformers")
+    DynamicCache = transformers.DynamicCache
+
 
 VOCAB = 64
 PROMPT = 5
@@ -88,13 +104,14 @@ def train(model: torch.nn.Module, forward) -> list[torch.Tensor]:
 
 
 def _slow(*names: str) -> list[object]:
-    """Every model cell is slow: 1-8 minutes each on the shared 2-core machine (decoding compiles the model twice;
-    torchcompile's Inductor compiles each region). CI runs them (``EFFECTS_SLOW=1``): each test under two of the
-    three executor configurations, each configuration under two of the three tests (nine cells took ~50 s each)."""
+    """Every model cell is slow: 40-60 s each on two idle cores (a compilation interprets the whole of transformers'
+    forward; decoding compiles the model twice). CI runs them (``EFFECTS_SLOW=1``): each test under one of the
+    three executor configurations, each configuration under one test (torch.compile's regions run beside the torch
+    executor, which takes what they leave: decoding there covers the torch executor's path too)."""
     return [pytest.param(name, marks=pytest.mark.slow) for name in names]
 
 
-@pytest.mark.parametrize("executors", _slow("torch", "torchcompile"))
+@pytest.mark.parametrize("executors", _slow("torchcompile"))
 def test_static_cache_greedy_decoding_matches_eager(executors):
     eager = tiny_llama().eval()
     expected_tokens, expected_caches = decode(eager, eager)
@@ -107,7 +124,7 @@ def test_static_cache_greedy_decoding_matches_eager(executors):
     assert thunder.cache_misses(jitted) == 2  # the prompt (initialising the cache); every one-token step
 
 
-@pytest.mark.parametrize("executors", _slow("default", "torchcompile"))
+@pytest.mark.parametrize("executors", _slow("default"))
 def test_training_steps_match_eager(executors):
     eager = tiny_llama().train()
     expected = train(eager, eager)
@@ -119,7 +136,7 @@ def test_training_steps_match_eager(executors):
     assert thunder.cache_misses(jitted) == 1
 
 
-@pytest.mark.parametrize("executors", _slow("default", "torch"))
+@pytest.mark.parametrize("executors", _slow("torch"))
 def test_output_hidden_states_match_eager(executors):
     """The first call installs the capturing hooks (eager does too, once); hidden states match eager's on it, on a
     cache hit and in eager calls of the model after it — the hooks are the model's, installed once."""
@@ -167,11 +184,6 @@ def test_model_output_items_are_its_attributes_in_a_trace():
 
     x = torch.arange(3.0)
     torch.testing.assert_close(thunder_ext.jit(fill, executors=["torch"])(x), (x * 2,))
-
-
-DynamicCache = transformers.DynamicCache
-"""Resolved outside the traces: ``transformers`` imports it lazily, and an import inside a trace assigns module
-locks (a failure of its own, not the one tested)."""
 
 
 def new_cache(x):
