@@ -22,7 +22,7 @@ from typing import Any
 import thunder
 from thunder.core.module import ThunderModule
 
-from . import compilation
+from . import compilation, dynamic_shapes
 from .host import patches, state
 from .host.cache_hit import hit_path
 from .host.names import FORWARD_FN
@@ -31,16 +31,21 @@ __all__ = ["wrap", "rewrap"]
 
 
 def _held(call: Callable[..., Any], jfn: Any, verify: bool) -> Callable[..., Any]:
+    """``call`` with the patches held over it; a compilation with dynamic sizes that fails before Thunder caches it
+    is made again with static shapes (:func:`thunder_ext.dynamic_shapes.fall_back`), once."""
     enter, leave = patches.enter_call, patches.exit_call
 
     @functools.wraps(call)
     def run(*args: Any, **kwargs: Any) -> Any:
+        entries = dynamic_shapes.cached_entries(jfn)
         enter()
         try:
             result = call(*args, **kwargs)
-        finally:
-            compiled = leave()
-        if compiled:
+        except Exception as error:
+            if leave() and dynamic_shapes.fall_back(jfn, entries, error):
+                return run(*args, **kwargs)
+            raise
+        if leave():
             compilation.on_compiled(jfn, verify)
         return result
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
+import thunder
 from thunder.core.compile_data import get_compile_data, using_symbolic_values
 from thunder.core.trace import get_tracectx
 from thunder.core.options import CACHE_OPTIONS
@@ -46,7 +47,7 @@ from .python_state.dict_state import SET_ITEM
 from .python_state.module_state import SET_ATTRIBUTE, SET_BUFFER
 
 __all__ = ["OPTION", "MATH_FOR_METAS", "makes_dynamic", "note_changes", "dynamic_sizes", "refusal", "acquire",
-           "carried_changes", "proxify", "tensorproxy",
+           "carried_changes", "cached_entries", "fall_back", "proxify", "tensorproxy",
            "constant_values"]
 
 OPTION = "thunder_effects_dynamic_shapes"
@@ -121,9 +122,34 @@ def _acquire(cd: Any, call: Callable[[], Any]) -> Any:
         with _symbolic(cd, dims), dynamic_numbers.dynamic(cd):
             return call()
     except Exception as error:  # Thunder cannot trace these sizes symbolically here: static shapes from now on
-        del _DIMS[cd]
-        _REFUSED[cd] = dynamic_numbers.describe(error)
+        _refuse(cd, error)
         return dynamic_numbers.acquire(call)
+
+
+def _refuse(cd: Any, error: Exception) -> None:
+    del _DIMS[cd]
+    _REFUSED[cd] = dynamic_numbers.describe(error)
+    cd.cache_option = CACHE_OPTIONS.CONSTANT_VALUES
+
+
+def cached_entries(jfn: Any) -> int:
+    """How many cache entries the jitted function ``jfn`` has (to tell, after a call that raised, whether its
+    compilation reached Thunder's cache)."""
+    cs = thunder.compile_stats(jfn)
+    return len(cs.interpreter_cache) if cs is not None else 0
+
+
+def fall_back(jfn: Any, entries: int, error: Exception) -> bool:
+    """After a call of ``jfn`` that compiled and raised ``error``: whether that was a compilation with dynamic sizes
+    that failed before Thunder cached it (``entries``: the cache's size before the call) — a step after the
+    acquisition (a transform, a fusion compiler) that cannot take a symbolic size, nothing of the program run yet. If
+    so, the function keeps static shapes from now on and the call can be made again."""
+    cd = thunder.compile_data(jfn)
+    if (cd is None or not _DIMS.get(cd) or cd.cache_option is not CACHE_OPTIONS.SYMBOLIC_VALUES
+            or cached_entries(jfn) != entries):
+        return False
+    _refuse(cd, error)
+    return True
 
 
 def carried_changes(results: Any) -> list[tuple[Any, str, tuple[int, ...]]]:
@@ -171,15 +197,12 @@ def _written(bsym: Any) -> tuple[ProvenanceRecord, Any] | None:
 @contextlib.contextmanager
 def _symbolic(cd: Any, dims: dict[str, frozenset[int]]) -> Iterator[None]:
     """Thunder's symbolic-values mode for the function (its later steps too: the transforms after the acquisition
-    read sizes as proxies), with ``dims`` the only symbolic sizes of the acquisition; constant values again if the
-    acquisition raises."""
+    read sizes as proxies), with ``dims`` the only symbolic sizes of the acquisition (constant values again when it
+    is refused: :func:`_refuse`)."""
     token = _dims.set(dims)
     cd.cache_option = CACHE_OPTIONS.SYMBOLIC_VALUES
     try:
         yield
-    except BaseException:
-        cd.cache_option = CACHE_OPTIONS.CONSTANT_VALUES
-        raise
     finally:
         _dims.reset(token)
 

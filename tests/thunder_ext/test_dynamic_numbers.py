@@ -155,8 +155,10 @@ def _sgd(lr_schedule, config, foreach):
     return [p.detach() for p in params], step
 
 
-@pytest.mark.parametrize("foreach", [False, True])
-@pytest.mark.parametrize("config", ["default", "torchcompile-dataflow"])
+@pytest.mark.parametrize(("config", "foreach"), [
+    ("default", False), pytest.param("default", True, marks=pytest.mark.slow),
+    pytest.param("torchcompile-dataflow", False, marks=pytest.mark.slow),
+    pytest.param("torchcompile-dataflow", True, marks=pytest.mark.slow)])
 def test_an_lr_schedule_does_not_recompile_the_step(config, foreach):
     """The step compiles for the empty state, then once more for the filled state — where the learning rate has
     changed too, so it is an input from then on: the other four steps hit the cache; parameters as eager's."""

@@ -129,3 +129,27 @@ def test_a_size_thunder_cannot_trace_falls_back_to_static_shapes():
     assert thunder.cache_misses(f) == 3  # every size once: static shapes after the failed symbolic acquisition
     cd = thunder.compile_data(f)
     assert "indices must be integers" in dynamic_shapes.refusal(cd) and _sizes(f) == []
+
+
+class _NoSymbolicSizes(thunder.core.transform_common.Transform):
+    """A post-optimization transform that cannot take a symbolic size (as some executors and passes cannot)."""
+
+    def transform_trace_post_optimization(self, computation_trace, **kwargs):
+        for bsym in computation_trace.bound_symbols:
+            for out in bsym.flat_proxy_outs:
+                if any(not isinstance(s, int) for s in getattr(out, "_shape", ())):
+                    raise NotImplementedError(f"{out.name} has a symbolic size")
+        return computation_trace
+
+
+def test_a_compilation_that_fails_after_tracing_is_made_again_with_static_shapes():
+    f = thunder_ext.jit(_grow, transforms=[_NoSymbolicSizes()])
+    cache = torch.randn(2, 3)
+    expected = cache.clone()
+    for _ in range(3):
+        x = torch.randn(2, 1)
+        (out, cache), (want, expected) = f(x, cache), _grow(x, expected)
+        torch.testing.assert_close((out, cache), (want, expected))
+    cd = thunder.compile_data(f)
+    assert "symbolic size" in dynamic_shapes.refusal(cd) and _sizes(f) == []
+    assert len(thunder.compile_stats(f).interpreter_cache) == 3  # one static entry per size
