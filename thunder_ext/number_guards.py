@@ -26,10 +26,8 @@ from typing import Any
 import thunder.core.prims as prims
 from thunder.core.proxies import NumberProxy, Proxy
 
-from effects import Effects, ResourceEffect
 
-from .declare.declarations import ASSERT
-from .declare.opaque_torch import executor
+from .declare.opaque_torch import check_operator
 from .dynamic_numbers import NumberOp, recorded
 from .eager.data_dependent import executable
 
@@ -50,13 +48,8 @@ def _same_number(key: int, expected: Any, *numbers: Any) -> None:
                            "cache miss, not an error)")
 
 
-def _same_number_meta(key: int, expected: Any, *numbers: Any) -> None:
-    return None
 
-
-SAME_NUMBER = executor.register_operator(
-    "thunder_effects_same_number", meta=_same_number_meta, fn=_same_number,
-    effects=Effects(resources=frozenset({ResourceEffect(ASSERT, ordered=False)})))
+SAME_NUMBER = check_operator("thunder_effects_same_number", _same_number)
 """``same_number(key, expected, *numbers)``: a prologue check that the slice ``key`` of the call's dynamic numbers
 still gives the value the trace was made for; otherwise the entry does not fit the call."""
 

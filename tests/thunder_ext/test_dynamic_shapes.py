@@ -28,15 +28,20 @@ def _sizes(jfn):
     return dynamic_shapes.dynamic_sizes(thunder.compile_data(jfn))
 
 
-@pytest.mark.parametrize("config", PARAMS)
-def test_a_growing_tensor_compiles_twice(config):
-    f = thunder_ext.jit(_grow, **CONFIGS[config])
+def _grow_calls(f, calls):
+    """``calls`` calls of ``f`` (a jitted ``_grow``), each compared with eager's."""
     cache = torch.randn(2, 3)
     expected = cache.clone()
-    for _ in range(5):
+    for _ in range(calls):
         x = torch.randn(2, 1)
         (out, cache), (want, expected) = f(x, cache), _grow(x, expected)
         torch.testing.assert_close((out, cache), (want, expected))
+
+
+@pytest.mark.parametrize("config", PARAMS)
+def test_a_growing_tensor_compiles_twice(config):
+    f = thunder_ext.jit(_grow, **CONFIGS[config])
+    _grow_calls(f, 5)
     assert thunder.cache_misses(f) == 2 and _sizes(f) == ["cache.shape[1]"]
     (reason,) = thunder_ext.explain_recompiles(f)
     assert (reason.kind, reason.path, reason.old, reason.new) == (GuardKind.SHAPE, "cache", (2, 3), (2, 4))
@@ -144,12 +149,7 @@ class _NoSymbolicSizes(thunder.core.transform_common.Transform):
 
 def test_a_compilation_that_fails_after_tracing_is_made_again_with_static_shapes():
     f = thunder_ext.jit(_grow, transforms=[_NoSymbolicSizes()])
-    cache = torch.randn(2, 3)
-    expected = cache.clone()
-    for _ in range(3):
-        x = torch.randn(2, 1)
-        (out, cache), (want, expected) = f(x, cache), _grow(x, expected)
-        torch.testing.assert_close((out, cache), (want, expected))
+    _grow_calls(f, 3)
     cd = thunder.compile_data(f)
     assert "symbolic size" in dynamic_shapes.refusal(cd) and _sizes(f) == []
     assert len(thunder.compile_stats(f).interpreter_cache) == 3  # one static entry per size

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from effects import InvalidDeclaration, derive
+from effects import Access, Effects, InvalidDeclaration, OperandEffect, ResourceEffect, derive
 
 import thunder.extend as extend
 import thunder.torch as ltorch
@@ -46,16 +46,30 @@ from thunder.core.prims import OpTags
 from thunder.core.symbol import Symbol
 
 from ..host.names import GRAD_TABLE
+from .declarations import ASSERT
 from .plugin import OperatorExecutor
 
-__all__ = ["EXECUTOR_NAME", "executor", "operator_for", "operators", "on_fakes", "grad_requiring", "NO_HISTORY",
-           "OpaqueUnderAutogradError", "refuse_under_autograd"]
+__all__ = ["EXECUTOR_NAME", "executor", "check_operator", "operator_for", "operators", "on_fakes", "grad_requiring",
+           "NO_HISTORY", "OpaqueUnderAutogradError", "refuse_under_autograd"]
 
 EXECUTOR_NAME = "thunder_effects_opaque_torch"
 
 executor = OperatorExecutor(EXECUTOR_NAME)
 """Owns the per-overload operators and the dispatchers; registered with Thunder under :data:`EXECUTOR_NAME`."""
 extend.register_executor(executor)
+
+
+def check_operator(name: str, fn: Callable[..., None], reads: tuple[int, ...] = ()) -> Symbol:
+    """An operator of :data:`executor` that only checks (a prologue guard, an eager error): ``fn`` raises when the
+    check fails and returns nothing; its effect is an unordered ``assert`` (and a read of each tensor operand of
+    ``reads``), so no pass drops it and nothing is ordered after it for its sake."""
+    def meta(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    meta.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
+    effects = Effects(operands=tuple(OperandEffect(i, Access.READ) for i in reads),
+                      resources=frozenset({ResourceEffect(ASSERT, ordered=False)}))
+    return executor.register_operator(name, meta=meta, fn=fn, effects=effects)
 
 # --- fake execution ------------------------------------------------------------------------------------------
 def _fake(value: Any) -> Any:

@@ -51,10 +51,10 @@ from thunder.core.trace import get_tracectx
 from ..host.names import METHOD_TABLE, TORCH_FUNCTION_MAP
 from .inplace_methods import (AUTOGRAD_STATE, DERIVED_FUNCTIONS, INPLACE_OPERATORS, METADATA_METHODS, derived_methods,
                               inplace_functions, inplace_name, inplace_operator, method_call)
-from .opaque_ops import (EXECUTOR_NAME, NO_HISTORY, OpaqueUnderAutogradError, executor, grad_requiring, on_fakes,
-                         operator_for, operators, refuse_under_autograd)
+from .opaque_ops import (EXECUTOR_NAME, NO_HISTORY, OpaqueUnderAutogradError, check_operator, executor,
+                         grad_requiring, on_fakes, operator_for, operators, refuse_under_autograd)
 
-__all__ = ["EXECUTOR_NAME", "executor", "OpaqueTorchOp", "supported", "operator_for", "opaque_method",
+__all__ = ["EXECUTOR_NAME", "executor", "check_operator", "OpaqueTorchOp", "supported", "operator_for", "opaque_method",
            "native_lookaside", "register_opaque", "executors_with", "lookasides", "methods", "grad_requiring",
            "OpaqueUnderAutogradError", "refuse_under_autograd", "operators", "NO_HISTORY"]
 

@@ -63,9 +63,8 @@ from thunder.executors.torchex import ex as torch_executor
 
 from ..declare.adapter import adapt_bsyms
 from ..declare.declarations import ASSERT
-from ..declare.opaque_torch import executor
+from ..declare.opaque_torch import check_operator, executor
 from ..host.names import PROXIED_VALUES, SIGINFO
-from effects import Effects, ResourceEffect
 
 __all__ = ["DataDependentBranchError", "Decision", "SAME_DECISION", "deciding", "deciding_bool", "decided", "guards",
            "lookasides", "executable", "is_data_dependent"]
@@ -351,13 +350,8 @@ def _same_decision(key: int, expected: bool, *tensors: torch.Tensor) -> None:
                            "error)")
 
 
-def _same_decision_meta(key: int, expected: bool, *tensors: TensorProxy) -> None:
-    return None
 
-
-SAME_DECISION = executor.register_operator(
-    "thunder_effects_same_decision", meta=_same_decision_meta, fn=_same_decision,
-    effects=Effects(resources=frozenset({ResourceEffect(ASSERT, ordered=False)})))
+SAME_DECISION = check_operator("thunder_effects_same_decision", _same_decision)
 """``same_decision(key, expected, *tensors)``: a prologue check that the data-dependent value ``key`` (its slice)
 is ``expected`` on the call's tensors; otherwise the entry does not fit the call."""
 

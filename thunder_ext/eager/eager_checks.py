@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from effects import OPAQUE, Access, Effects, OperandEffect, ResourceEffect, StorageClasses, operand_values
+from effects import OPAQUE, StorageClasses, operand_values
 
 import thunder.torch as ltorch
 from thunder.core.dtypes import to_torch_dtype
@@ -64,11 +64,10 @@ from thunder.core.pytree import tree_flatten, tree_map
 from ..host.names import TORCH_FUNCTION_MAP
 from ..host.reliances import COPY_FRAME
 from ..declare.adapter import AdaptedTrace, adapt
-from ..declare.declarations import ASSERT
 from ..python_state.arguments import alias_groups_of, storage_pattern
 from ..passes.grad_functionalization import written_arguments
 from ..declare.keys import python_signature
-from ..declare.opaque_torch import executor
+from ..declare.opaque_torch import check_operator
 
 __all__ = ["SCALAR_TYPE_NAMES", "result_type_error", "checked_copy", "Overlap", "overlap_status",
            "PARTIAL_OVERLAP_MESSAGE", "NO_PARTIAL_OVERLAP", "SAME_LAYOUT", "overlap_pairs", "view_pairs",
@@ -175,14 +174,8 @@ def _no_partial_overlap(written: torch.Tensor, read: torch.Tensor) -> None:
         raise RuntimeError(PARTIAL_OVERLAP_MESSAGE)
 
 
-def _no_partial_overlap_meta(written: TensorProxy, read: TensorProxy) -> None:
-    return None
 
-
-NO_PARTIAL_OVERLAP = executor.register_operator(
-    "thunder_effects_no_partial_overlap", meta=_no_partial_overlap_meta, fn=_no_partial_overlap,
-    effects=Effects(operands=(OperandEffect(0, Access.READ), OperandEffect(1, Access.READ)),
-                    resources=frozenset({ResourceEffect(ASSERT, ordered=False)})))
+NO_PARTIAL_OVERLAP = check_operator("thunder_effects_no_partial_overlap", _no_partial_overlap, reads=(0, 1))
 """``no_partial_overlap(written, read)``: raises eager's ``RuntimeError`` when the two tensors partially overlap
 (a check: reads both, never deleted)."""
 
@@ -225,14 +218,8 @@ def _same_layout(tensor: torch.Tensor, strides: tuple[int, ...], offset: int | N
                            "entry's (a cache miss, not an error)")
 
 
-def _same_layout_meta(tensor: TensorProxy, strides: tuple[int, ...], offset: int | None) -> None:
-    return None
 
-
-SAME_LAYOUT = executor.register_operator(
-    "thunder_effects_same_layout", meta=_same_layout_meta, fn=_same_layout,
-    effects=Effects(operands=(OperandEffect(0, Access.READ),),
-                    resources=frozenset({ResourceEffect(ASSERT, ordered=False)})))
+SAME_LAYOUT = check_operator("thunder_effects_same_layout", _same_layout, reads=(0,))
 """``same_layout(t, strides, offset)``: a prologue check that ``t`` has the strides (and, unless ``None``, the
 storage offset) it had when the entry was compiled; otherwise the entry does not fit the call."""
 
@@ -243,13 +230,8 @@ def _same_storage(pattern: tuple[int, ...], *tensors: torch.Tensor) -> None:
                            "entry's (a cache miss, not an error)")
 
 
-def _same_storage_meta(pattern: tuple[int, ...], *tensors: TensorProxy) -> None:
-    return None
 
-
-SAME_STORAGE = executor.register_operator(
-    "thunder_effects_same_storage", meta=_same_storage_meta, fn=_same_storage,
-    effects=Effects(resources=frozenset({ResourceEffect(ASSERT, ordered=False)})))
+SAME_STORAGE = check_operator("thunder_effects_same_storage", _same_storage)
 """``same_storage(pattern, *tensors)``: a prologue check that ``tensors`` are grouped by storage as when the entry
 was compiled (:func:`thunder_ext.python_state.arguments.storage_pattern`); otherwise the entry does not fit the call."""
 

@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from effects import Access, Effects, OperandEffect, ResourceEffect, interpreter_owned
+from effects import interpreter_owned
 
 import thunder.torch as ltorch
 from thunder.core import dtypes
@@ -64,8 +64,7 @@ from thunder.core.proxies import ProxyTag, TensorProxy
 from thunder.core.trace import get_tracectx
 
 from ..host.names import INTERPRET_CALL
-from ..declare.declarations import ASSERT
-from ..declare.opaque_torch import executor
+from ..declare.opaque_torch import check_operator
 
 __all__ = ["METADATA", "NO_HISTORY", "SAME_LEAF", "TracedInferenceMode", "TracedGradFn", "owned_setattr",
            "is_grad_enabled", "is_autocast_enabled", "get_autocast_dtype", "requires_grad", "torch_device",
@@ -283,14 +282,8 @@ def _same_leaf(tensor: torch.Tensor, leaf: bool) -> None:
                            "cache miss, not an error)")
 
 
-def _same_leaf_meta(tensor: TensorProxy, leaf: bool) -> None:
-    return None
 
-
-SAME_LEAF = executor.register_operator(
-    "thunder_effects_same_leaf", meta=_same_leaf_meta, fn=_same_leaf,
-    effects=Effects(operands=(OperandEffect(0, Access.READ),),
-                    resources=frozenset({ResourceEffect(ASSERT, ordered=False)})))
+SAME_LEAF = check_operator("thunder_effects_same_leaf", _same_leaf, reads=(0,))
 """``same_leaf(t, leaf)``: a prologue check that argument ``t``'s ``is_leaf`` is what the trace was told."""
 
 
