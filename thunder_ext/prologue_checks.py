@@ -71,13 +71,15 @@ def value_changes(entry: Any, names: tuple[list[str], str | None], args: Any,
 
 
 def _changed_dims(values: list[Any]) -> tuple[int, ...]:
-    """The dimensions whose size a shape check's tensor has changed, when nothing else of it did."""
+    """The dimensions whose size a shape check's tensor has changed, when nothing else of it did — to a size other
+    than 0 or 1, which a symbolic trace would pin anyway (its broadcasting decisions), as torch.compile specializes
+    them: a prompt's length changing to one token leaves the one-token steps static."""
     t, shape, device, dtype, requires_grad = values
     if (not isinstance(t, torch.Tensor) or t.ndim != len(shape) or t.dtype != dtype or str(t.device) != str(device)
             or t.requires_grad != requires_grad):
         return ()
     return tuple(i for i, (size, old) in enumerate(zip(t.shape, shape, strict=True))
-                 if not isinstance(old, Proxy) and size != old)
+                 if not isinstance(old, Proxy) and size != old and size not in (0, 1))
 
 
 def failure(replay: Replay, index: int, bsym: Any, error: Exception, passed: int) -> GuardFailure:
