@@ -158,19 +158,26 @@ def _text(s: _Slice, target: NumberProxy) -> str:
 
 
 def _function(s: _Slice, target: NumberProxy) -> Callable[..., Any]:
-    """The slice as a function of its leaves: Python's operators for noted operations, a small trace for the
-    trace's own."""
+    """The slice as a function of its leaves: for noted operations, one Python function that applies eager's
+    operators in order (generated once: a prologue runs it at every call), a small trace for the trace's own."""
     if not all(isinstance(step.source, NumberOp) for step in s.steps):
         return executable([step.source for step in s.steps], target, tuple(s.leaves))
-    names = [p.name for p in s.leaves]
-
-    def run(*numbers: Any) -> Any:
-        env = dict(zip(names, numbers, strict=True))
-        for step in s.steps:
-            env[step.out.name] = step.source.fn(*(env[a.name] if isinstance(a, Proxy) else a for a in step.args))
-        return env[target.name]
-
-    return run
+    local = {p.name: f"n{k}" for k, p in enumerate(s.leaves)}
+    scope: dict[str, Any] = {}
+    lines = []
+    for j, step in enumerate(s.steps):
+        scope[f"f{j}"] = step.source.fn
+        operands = []
+        for i, a in enumerate(step.args):
+            if not isinstance(a, Proxy):
+                scope[f"c{j}_{i}"] = a
+            operands.append(local[a.name] if isinstance(a, Proxy) else f"c{j}_{i}")
+        local[step.out.name] = f"v{j}"
+        lines.append(f"    v{j} = f{j}({', '.join(operands)})")
+    leaves = ", ".join(f"n{k}" for k in range(len(s.leaves)))
+    source = "\n".join([f"def number_slice({leaves}):", *lines, f"    return {local[target.name]}"])
+    exec(compile(source, f"<number slice of {target.name}>", "exec"), scope)
+    return scope["number_slice"]
 
 
 def constrain(original: Callable[..., Any], ctx: Any, inputs: Any, intermediates: Any,
