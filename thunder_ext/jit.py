@@ -87,7 +87,7 @@ def jit(
     (:func:`~thunder_ext.recompiles.explain_recompiles`); ``dynamic_numbers`` makes a Python number that changed
     between calls an input of the trace instead of a constant, after the first recompilation it causes
     (:mod:`thunder_ext.dynamic_numbers`; ``False``: every number stays a constant); ``dynamic_shapes`` does the same
-    for tensor sizes (:mod:`thunder_ext.dynamic_shapes`; with dynamic numbers only; ``False``: static shapes). Every
+    for tensor sizes (:mod:`thunder_ext.dynamic_shapes`; ``False``: static shapes). Every
     other keyword goes to ``thunder.jit``;
     ``compile_options`` are compile options for executors this package does not know, passed on unchecked.
 

@@ -86,9 +86,9 @@ def explain_recompiles(jfn: Any) -> list[RecompileReason]:
 
 def record_miss(fn: Any, args: Any, kwargs: Any) -> None:
     """At a cache miss of a compilation with the pipeline (Thunder's compile data in context): record why each
-    existing cache entry did not fit the call ``fn(*args, **kwargs)``, mark the Python numbers that changed in the
-    closest entry dynamic (:mod:`thunder_ext.dynamic_numbers`, for a function that keeps them), and warn at the
-    function's limit. Nothing for a first compilation."""
+    existing cache entry did not fit the call ``fn(*args, **kwargs)``, mark the Python numbers and tensor sizes that
+    changed in the closest entry dynamic (:mod:`thunder_ext.dynamic_numbers`, :mod:`thunder_ext.dynamic_shapes`, for
+    a function that keeps them), and warn at the function's limit. Nothing for a first compilation."""
     cd, cs = COMPILE_DATA_CTX.get().get()
     if cd is None or cs is None or not cs.interpreter_cache or not state.active():
         return
@@ -97,11 +97,11 @@ def record_miss(fn: Any, args: Any, kwargs: Any) -> None:
     failures = tuple(_failure(index, entry, names, args, kwargs) for index, entry in reversed(entries))
     reasons = _REASONS.setdefault(cs, [])
     reasons.append(RecompileReason.of(len(entries) + 1, failures))
-    if dynamic_numbers.makes_dynamic(cd):
+    numbers_too, sizes_too = dynamic_numbers.makes_dynamic(cd), dynamic_shapes.makes_dynamic(cd)
+    if numbers_too or sizes_too:
         numbers, sizes = _changes(entries[reasons[-1].entry][1], names, args, kwargs)
-        dynamic_numbers.note_changes(cd, numbers)
-        if dynamic_shapes.makes_dynamic(cd):
-            dynamic_shapes.note_changes(cd, sizes)
+        dynamic_numbers.note_changes(cd, numbers if numbers_too else [])
+        dynamic_shapes.note_changes(cd, sizes if sizes_too else [])
     limit = cd.compile_options.get(WARN_AFTER_OPTION, DEFAULT_WARN_AFTER)
     if limit is not None and len(reasons) == limit:
         _warn(fn, reasons)

@@ -55,6 +55,12 @@ def test_static_shapes_when_asked():
     assert thunder.cache_misses(f) == 3 and _sizes(f) == []
 
 
+def test_sizes_are_dynamic_with_constant_numbers():
+    f = thunder_ext.jit(_grow, dynamic_numbers=False)
+    _grow_calls(f, 4)
+    assert thunder.cache_misses(f) == 2 and _sizes(f) == ["cache.shape[1]"]
+
+
 def test_the_switch_is_a_bool():
     with pytest.raises(thunder_ext.JitArgumentError, match="dynamic_shapes"):
         thunder_ext.jit(_grow, dynamic_shapes=1)
