@@ -10,9 +10,10 @@ by a layer number). This module does what torch.compile's *automatic dynamic* do
    rank, dtype, device and ``requires_grad``, other sizes (:func:`thunder_ext.prologue_checks.value_changes`) —
    marks those dimensions *dynamic* for the function, named by the tensor's provenance (``input_ids``,
    ``past_key_values.layers[0].keys``); sizes that never changed stay constants, and so does a size that changed to
-   0 or 1 (torch.compile's specialization: a symbolic trace would pin it by its broadcasting decisions). And a compilation that writes back, to the place it read a tensor from, a tensor of other sizes (a
-   cache's ``keys`` grown by the call: state carried from call to call) would miss at the next call for sure: those
-   dimensions are marked too and the compilation is traced again with them (:func:`carried_changes`).
+   0 or 1 (torch.compile's specialization: a symbolic trace would pin it by its broadcasting decisions). And a
+   compilation that writes back, to the place it read a tensor from, a tensor of other sizes (a cache's ``keys``
+   grown by the call: state carried from call to call) would miss at the next call for sure: those dimensions are
+   marked too and the compilation is traced again with them (:func:`carried_changes`).
 2. **How**: the function's compilations run in Thunder's symbolic-values mode (its metas, prologue and transforms
    then carry sizes as number proxies), narrowed: the stand-in of ``tensorproxy`` (:func:`tensorproxy`) makes only
    the dynamic dimensions number proxies, and :func:`thunder_ext.dynamic_numbers.proxify` keeps every value that is
