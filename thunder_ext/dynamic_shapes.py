@@ -21,7 +21,8 @@ by a layer number). This module does what torch.compile's *automatic dynamic* do
 3. **Guards**: a size turned into a Python value while tracing (``x[:, :n]``, ``if n > 1``) is recorded and guarded
    by recomputing it in the prologue, as a dynamic number's is (:mod:`thunder_ext.dynamic_numbers`, 3).
 4. **Fallback**: an acquisition with dynamic sizes that raises is retried with static shapes (dynamic numbers
-   still), and the function keeps static shapes from then on (:func:`refusal` says why).
+   still), and so is a compilation that fails after it before reaching Thunder's cache (:func:`fall_back`, called
+   by :mod:`thunder_ext.calls`); the function keeps static shapes from then on (:func:`refusal` says why).
 """
 
 from __future__ import annotations
@@ -167,9 +168,12 @@ def carried_changes(results: Any) -> list[tuple[Any, str, tuple[int, ...]]]:
     changes = []
     for bsym in results.epilogue_trace.bound_symbols if results.epilogue_trace is not None else ():
         written = _written(bsym)
-        if written is None or not isinstance(written[1], TensorProxy) or provenance_key(written[0]) not in read:
+        if written is None or not isinstance(written[1], TensorProxy):
             continue
-        history, shape = read[provenance_key(written[0])]
+        found = read.get(provenance_key(written[0]))
+        if found is None:
+            continue
+        history, shape = found
         sizes = written[1].shape  # after tracing: the sizes themselves, nothing recorded
         dims = tuple(i for i, (new, old) in enumerate(zip(sizes, shape, strict=False))
                      if not isinstance(old, Proxy) and old not in (0, 1) and (isinstance(new, Proxy) or new != old))
