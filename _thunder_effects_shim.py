@@ -45,6 +45,7 @@ def apply_shim() -> ModuleType | None:
             del sys.modules["thunder_ext.host.compat"]
             raise
     module.apply()
+    module.quiet_thunder_import()
     return module
 
 

@@ -1,11 +1,10 @@
 """Thunder integration of thunder-effects (needs the ``thunder`` extra: ``lightning-thunder``).
 
 Importing this package first applies :mod:`thunder_ext.host.compat` so that ``thunder`` imports on torch builds without
-named tensors, then imports thunder, then declares the effects of Thunder's symbols in
-:func:`effects.default_registry` (:mod:`thunder_ext.declare.declarations`, source ``"thunder_ext"``). Importing
-:mod:`thunder_ext.declare.opaque_torch` and :mod:`thunder_ext.passes.inplace_kernels` (through :mod:`thunder_ext.jit`)
-declares their
-operators there too.
+named tensors (and without Thunder's import-time warning about an absent optional executor), then imports thunder,
+then declares the effects of Thunder's symbols in :func:`effects.default_registry`
+(:mod:`thunder_ext.declare.declarations`, source ``"thunder_ext"``). Importing :mod:`thunder_ext.declare.opaque_torch`
+and :mod:`thunder_ext.passes.inplace_kernels` (through :mod:`thunder_ext.jit`) declares their operators there too.
 
 * Users: :func:`jit` (``thunder.jit`` with the effect-aware pipeline), :func:`install` / :func:`uninstall` /
   :func:`enabled` (make plain ``thunder.jit`` use it), :class:`EffectVerification` / :func:`verify_jitted`,
@@ -26,6 +25,7 @@ from __future__ import annotations
 from .host import compat
 
 compat.apply()
+compat.quiet_thunder_import()
 
 import thunder  # noqa: E402  (must come after the shim)
 

@@ -106,3 +106,15 @@ def test_stubs_raise_a_clear_error_when_called() -> None:
 def test_apply_is_idempotent() -> None:
     before = _compat.installed()
     assert _compat.apply() == before and _compat.missing_methods() == before
+
+
+@pytest.mark.parametrize("module", ["thunder", "thunder_ext"])
+def test_importing_prints_no_transformer_engine_warning(module: str) -> None:
+    """Thunder warns at import that the optional Transformer Engine executor is absent; with the hook (``import
+    thunder``) and through the package (``import thunder_ext``) the import is quiet, and the absence still shows."""
+    if importlib.util.find_spec("transformer_engine") is not None:
+        pytest.skip("Transformer Engine is installed: Thunder does not warn")
+    result = _run(f"import {module}\nimport thunder.executors.transformer_engineex as te\n"
+                  "assert te.transformer_engine_ex is None")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "transformer_engine" not in result.stderr, result.stderr[-2000:]

@@ -8,13 +8,20 @@ named-tensor API, so ``import thunder`` fails with ``AttributeError`` before any
 real method does not exist in this torch, so nothing that worked before stops working). On a torch that still has
 them it does nothing. It must run before ``thunder`` is imported; ``thunder_ext/__init__.py`` does that.
 ``tests/thunder_ext/test_compat.py`` fails when the shim is no longer needed or no longer enough.
+
+:func:`quiet_thunder_import` is the other half of a clean import: Thunder 0.2.6 warns "transformer_engine module not
+found!" at import on every machine without NVIDIA's Transformer Engine (every CPU machine), though nothing needs it.
+A warnings filter matching only that message from that module silences it; the executor's absence stays visible
+(``thunder.executors.transformer_engineex.transformer_engine_ex is None``).
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
-__all__ = ["NAMED_TENSOR_METHODS", "apply", "missing_methods", "installed"]
+__all__ = ["NAMED_TENSOR_METHODS", "apply", "missing_methods", "installed", "quiet_thunder_import"]
 
 NAMED_TENSOR_METHODS = ("align_as", "align_to", "has_names", "refine_names", "rename")
 
@@ -50,3 +57,10 @@ def apply() -> tuple[str, ...]:
 def installed() -> tuple[str, ...]:
     """Names of the stubs this process installed."""
     return tuple(_installed)
+
+
+def quiet_thunder_import() -> None:
+    """Ignore Thunder's import-time warning that the optional Transformer Engine executor is absent (that message,
+    from that module, nothing else)."""
+    warnings.filterwarnings("ignore", message="transformer_engine module not found!", category=UserWarning,
+                            module=r"thunder\.executors\.transformer_engineex")
