@@ -20,7 +20,8 @@ step  Thunder's point                             what thunder-effects does ther
                                                   methods and properties; ``interpreter.wrap``), ``_copy_`` keeps
                                                   eager's result types, ``bool`` of a tensor value decided on the
                                                   call's values (``data_dependent``), a run-time number otherwise
-                                                  never converted to a Python value (``unknown_numbers``)
+                                                  never converted to a Python value (``unknown_numbers``); its
+                                                  bytecode decoding and traceback frames memoized (``host.fast``)
 3     ``thunder_general_jit``: prologue, epilogue  ``propagate_constraints`` (each value made of a dynamic number
                                                   guarded), ``unpack_inputs`` (its ``sorted``), the input names
                                                   (paths through tensor keys), ``build_value_from_wrapped`` and
@@ -52,6 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import dis
 import math
 
 import thunder.clang as clang
@@ -116,6 +118,7 @@ def _unpack_inputs(original: Callable[..., Any], ctx: Any, prologue_trace: Any, 
 STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     # 2-3: acquisition (the interpreter, then the prologue and epilogue it builds)
     "wrap": (interpreter.wrap, list_state.shared_wrapper),
+    "get_or_make_python_frame": (interpreter.InterpreterFrame.get_or_make_python_frame, fast.python_frame),
     LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
     "unpack_inputs": (jit_ext.unpack_inputs, _unpack_inputs),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),
@@ -155,6 +158,8 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
 stand-in takes the original first, then the original's parameters."""
 
 MODULE_ATTRIBUTES: dict[str, tuple[Any, Any, Any]] = {
+    # 2: ``dis`` as the interpreter reads it: a code object decoded once, not at every call of its function
+    "dis": (interpreter, dis, fast.DIS_FOR_INTERPRETER),
     # 2: ``math`` as Thunder's ``clang`` metas read it: an integer proxy is finite without a conversion
     "math": (clang, math, dynamic_shapes.MATH_FOR_METAS),
     # 8: torch.compile as the torch.compile executor calls it: with the options of the region being fused

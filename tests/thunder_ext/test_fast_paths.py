@@ -3,7 +3,10 @@ structural effect memo, flat outputs/argument names without Thunder's pytree, re
 
 from __future__ import annotations
 
+import dis
 import random
+import traceback
+import types
 
 import pytest
 
@@ -18,7 +21,7 @@ import thunder
 from thunder.common import CompileData, CompileStats
 from thunder.common import trace as thunder_trace
 from thunder.core.compile_data import compile_data_and_stats
-from thunder.core import transform_common
+from thunder.core import interpreter, transform_common
 from thunder.core.trace import tracectx
 from thunder.core.transform_common import order_proxies, wrap_return_value_together_with_arguments
 from thunder.executors import passes, torch_compile
@@ -245,3 +248,52 @@ def test_kept_out_writes_are_refused_only_during_the_pass_that_asked():
             assert torch_compile_ex.can_fuse(writer)
     finally:
         thunder_ext.uninstall()
+
+
+def _raising(holder, key):
+    try:
+        return holder[key]
+    except KeyError:
+        return getattr(holder, "missing", -1)
+
+
+def test_the_interpreters_dis_decodes_a_code_object_once_as_dis_does():
+    decoded = _thunder_fast.DIS_FOR_INTERPRETER
+    code = _raising.__code__
+    assert decoded.get_instructions(code) == tuple(dis.get_instructions(code))
+    assert decoded.get_instructions(code) is decoded.get_instructions(code)  # memoized per code object
+    assert decoded._parse_exception_table(code) == dis._parse_exception_table(code)
+    assert decoded.Instruction is dis.Instruction and decoded.opmap is dis.opmap
+    assert list(decoded.get_instructions(code, show_caches=True)) == list(dis.get_instructions(code, show_caches=True))
+
+
+def test_a_traceback_frame_is_thunders_and_made_once_per_raise_site():
+    code = _raising.__code__
+    frame = types.SimpleNamespace(code=code, qualname="Outer._raising",
+                                  positions=types.SimpleNamespace(lineno=code.co_firstlineno + 2))
+    thunders = interpreter.InterpreterFrame.get_or_make_python_frame(frame)
+    ours = _thunder_fast.python_frame(None, frame)
+
+    def described(f):
+        c = f.f_code
+        return c.co_filename, c.co_firstlineno, c.co_name, c.co_qualname, f.f_lineno, f.f_back.f_back  # a thread's
+
+    assert described(ours) == described(thunders) == (code.co_filename, code.co_firstlineno, "_raising",
+                                                       "Outer._raising", code.co_firstlineno + 2, None)
+    assert _thunder_fast.python_frame(None, frame) is ours
+
+
+def test_an_exception_in_the_traced_function_points_at_its_line():
+    """Exceptions raised and caught inside the call (a ``KeyError`` handled) trace as eager runs them, on the first
+    call and a cache hit; one that escapes shows the user's line in its traceback."""
+    jitted = thunder_ext.jit(lambda d, x: x * _raising(d, "k"), executors=["torch"])
+    for _ in range(2):
+        assert torch.equal(jitted({}, torch.ones(2)), -torch.ones(2))
+
+    def fails(x):
+        return x + {}["absent"]
+
+    with pytest.raises(KeyError) as raised:
+        thunder_ext.jit(fails, executors=["torch"])(torch.ones(2))
+    line = fails.__code__.co_firstlineno + 1
+    assert any(entry.name == "fails" and entry.lineno == line for entry in traceback.extract_tb(raised.tb))

@@ -19,6 +19,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "process_recorded_modifications": ("ctx", "epilogue_trace"),
     "build_value_from_wrapped": ("wrapped_v",),
     "wrap": ("value", "provenance"),
+    "get_or_make_python_frame": ("self",),
     "put_grads": ("a", "g"),
     "split_into_forward_and_backward": ("joint_trace",),
     "sort_waits": ("execution_trace",),

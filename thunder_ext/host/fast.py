@@ -21,6 +21,12 @@ here                                 Thunder                                    
 :class:`DontDce`                     ``has_tags(bsym, {DONT_DCE})``              memoised per bound symbol
 :func:`dedup_number_proxies`         the number-proxy step of ``dce``            unchanged bound symbols are kept,
                                                                                  not copied
+:data:`DIS_FOR_INTERPRETER`          ``dis`` as the interpreter reads it: a      decoded once per code object
+                                     frame's instructions, its exception table   (Thunder: at every call of the
+                                                                                 function, every raise)
+:func:`python_frame` (stand-in)      ``InterpreterFrame.get_or_make_python_``    one frame per raise site, made
+                                     ``frame`` (a frame for an exception's       by a thread it waits on; Thunder
+                                     traceback)                                  spins on the GIL until it runs
 ===================================  ==========================================  ================================
 
 Stand-ins receive the Thunder original as their first argument and run only while the pipeline is active
@@ -29,8 +35,14 @@ Stand-ins receive the Thunder original as their first argument and run only whil
 
 from __future__ import annotations
 
+import _thread
+import dis
+import functools
+import sys
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from types import CodeType, FrameType, ModuleType
 from typing import Any
 
 from thunder.core.prims import OpTags
@@ -45,7 +57,8 @@ from .names import FLAT_OUTS, FLAT_PROXY_ARGS, FUSED, REGION_FIELDS
 from .reliances import REGION_BYPASS
 
 __all__ = ["flat_outs", "proxy_outs", "proxy_out_names", "proxy_arg_names", "first_appearance", "region", "fuse",
-           "update_fusion_call_ctx", "DontDce", "dedup_number_proxies", "with_bound_symbols"]
+           "update_fusion_call_ctx", "DontDce", "dedup_number_proxies", "with_bound_symbols", "DIS_FOR_INTERPRETER",
+           "python_frame"]
 
 _LEAF_TYPES = frozenset({int, float, bool, complex, str, type(None)})
 """Types Thunder's ``tree_flatten`` always treats as leaves (with proxies)."""
@@ -282,3 +295,79 @@ def with_bound_symbols(trace: TraceCtx, bsyms: Sequence[BoundSymbol], provenance
     result.bound_symbols = list(bsyms)
     result.set_provenance(TraceProvenance(provenance))
     return result
+
+
+# --- the interpreter's bytecode decoding and the frames of its tracebacks ----------------------------------------
+def _memoized_dis() -> ModuleType:
+    """A copy of the ``dis`` module's namespace in which the two decodings Thunder's interpreter repeats are
+    memoized per code object: ``get_instructions`` (at every interpreted call of a function) and
+    ``_parse_exception_table`` (at every exception raised in one). A copy, not a wrapper: the interpreter reads
+    ``dis.Instruction`` in every provenance record it makes, which must stay a plain module attribute lookup."""
+    module = ModuleType("dis", dis.__doc__)
+    module.__dict__.update(vars(dis))
+    decoded: weakref.WeakKeyDictionary[CodeType, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+    tables: weakref.WeakKeyDictionary[CodeType, list[Any]] = weakref.WeakKeyDictionary()
+
+    def get_instructions(x: Any, **options: Any) -> Any:
+        if options or type(x) is not CodeType:
+            return dis.get_instructions(x, **options)
+        found = decoded.get(x)
+        if found is None:
+            found = decoded[x] = tuple(dis.get_instructions(x))
+        return found
+
+    def _parse_exception_table(code: CodeType) -> list[Any]:
+        found = tables.get(code)
+        if found is None:
+            found = tables[code] = dis._parse_exception_table(code)  # type: ignore[attr-defined]
+        return list(found)
+
+    module.get_instructions = get_instructions  # type: ignore[attr-defined]
+    module._parse_exception_table = _parse_exception_table  # type: ignore[attr-defined]
+    return module
+
+
+DIS_FOR_INTERPRETER = _memoized_dis()
+"""``dis`` as ``thunder.core.interpreter`` reads it while the pipeline holds its patches."""
+
+
+def python_frame(original: Callable[[Any], FrameType], self: Any) -> FrameType:
+    """Stand-in of ``InterpreterFrame.get_or_make_python_frame``: a Python frame at the interpreted frame ``self``'s
+    current line (file, first line, line, name and qualified name as Thunder's), for the traceback of an exception
+    raised there — one per raise site."""
+    lineno, code = self.positions.lineno, self.code
+    return _frame_at(code.co_filename, code.co_firstlineno,
+                     code.co_firstlineno if lineno is None else lineno, code.co_name, self.qualname)
+
+
+@functools.lru_cache(maxsize=4096)
+def _frame_at(filename: str, firstlineno: int, lineno: int, name: str, qualname: str) -> FrameType:
+    """The frame of a function of that name in that file that raised at ``lineno``, made on a new thread (so that
+    nothing of the caller is its ``f_back``) which this thread waits for on a lock (Thunder's waits by spinning,
+    holding the interpreter lock for a switch interval, ~5 ms, every time)."""
+    source = (lineno - firstlineno) * "\n" + "raise ValueError()"
+    body = compile(source, filename, "exec").replace(co_filename=filename, co_firstlineno=firstlineno, co_name=name)
+    if sys.version_info >= (3, 11):
+        body = body.replace(co_qualname=qualname)
+    made: list[FrameType] = []
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def make() -> None:
+        def raising() -> None:
+            pass
+
+        raising.__code__ = body
+        try:
+            raising()
+        except ValueError as error:
+            tb = error.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            made.append(tb.tb_frame)  # type: ignore[union-attr]
+        finally:
+            done.release()
+
+    _thread.start_new_thread(make, ())
+    done.acquire()
+    return made[0]

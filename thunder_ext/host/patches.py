@@ -151,7 +151,8 @@ def _where() -> dict[str, tuple[Any, ...]]:
     nvfuser = _optional_module("thunder.executors.nvfuserex_impl")
     extra = (nvfuser,) if nvfuser is not None else ()
     return {
-        "wrap": (interpreter,), LTORCH_COPY.name: (ltorch,), "unpack_inputs": (jit_ext,), NAME_POSTFIX.name: (jit_ext,),
+        "wrap": (interpreter,), "get_or_make_python_frame": (interpreter.InterpreterFrame,),
+        LTORCH_COPY.name: (ltorch,), "unpack_inputs": (jit_ext,), NAME_POSTFIX.name: (jit_ext,),
         "__bool__": (NumberProxy,), "__float__": (NumberProxy,), "__int__": (NumberProxy,),
         "__index__": (IntegerProxy,), "proxify": (jit_ext.JitCtx,), "tensorproxy": (proxies,),
         NUMBER_BINARY_OPERATOR.name: (NumberProxy,), NUMBER_UNARY_OPERATOR.name: (NumberProxy,),
