@@ -39,6 +39,7 @@ from thunder.core.jit_ext import get_jit_ctx
 from thunder.core.proxies import Proxy
 
 from ..host.names import GUARDED_LISTS, INTERPRET_CALL, KNOWN_WRAPPERS, LIST_WRITES
+from ..host.state import active
 from .dict_state import reachable
 from ..declare.opaque_torch import executor
 
@@ -209,6 +210,21 @@ def shared_wrapper(original: Callable[..., Any], value: Any, /, *, provenance: A
         if wrapper is not None and wrapper.original_value is value and wrapper.value is not value:
             return wrapper
     return original(value, provenance=provenance)
+
+
+def _wrap_replacement(original: Callable[..., Any]) -> Callable[..., Any]:
+    """What replaces ``wrap`` (:func:`thunder_ext.host.patches.guarded`): the interpreter wraps every value it
+    touches, nearly none of them a list — those go straight to ``original``, one frame, no question asked."""
+
+    def wrap(value: Any, /, *, provenance: Any) -> Any:
+        if type(value) is list and active():
+            return shared_wrapper(original, value, provenance=provenance)
+        return original(value, provenance=provenance)
+
+    return wrap
+
+
+shared_wrapper.replacement = _wrap_replacement  # type: ignore[attr-defined]
 
 
 def written_lists(ctx: Any) -> list[WrappedValue]:
