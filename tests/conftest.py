@@ -83,13 +83,17 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect ``slow`` tests unless ``EFFECTS_SLOW`` is set or ``-m`` was given; skip ``cuda`` tests without a
-    CUDA device (with the reason shown by ``-ra``)."""
+    """Deselect ``slow`` tests unless ``EFFECTS_SLOW`` is set or ``-m`` was given, else run them first (a stable
+    sort: pytest-randomly's shuffle, which comes before, stays within each part) so that pytest-xdist hands the
+    long tests out while the short ones can still even out the workers' ends; skip ``cuda`` tests without a CUDA
+    device (with the reason shown by ``-ra``)."""
     if not SLOW and not config.option.markexpr:
         slow = [item for item in items if item.get_closest_marker("slow") is not None]
         if slow:
             config.hook.pytest_deselected(items=slow)
             items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+    else:
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     import torch
 
     if torch.cuda.is_available():
