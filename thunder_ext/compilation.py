@@ -119,6 +119,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     # 2-3: acquisition (the interpreter, then the prologue and epilogue it builds)
     "wrap": (interpreter.wrap, list_state.shared_wrapper),
     "get_or_make_python_frame": (interpreter.InterpreterFrame.get_or_make_python_frame, fast.python_frame),
+    "__post_init__": (interpreter.ProvenanceRecord.__post_init__, fast.record_post_init),
     LTORCH_COPY.name: (LTORCH_COPY.get(), eager_checks.checked_copy),
     "unpack_inputs": (jit_ext.unpack_inputs, _unpack_inputs),
     NAME_POSTFIX.name: (NAME_POSTFIX.get(), dict_state.name_postfix),

@@ -297,3 +297,27 @@ def test_an_exception_in_the_traced_function_points_at_its_line():
         thunder_ext.jit(fails, executors=["torch"])(torch.ones(2))
     line = fails.__code__.co_firstlineno + 1
     assert any(entry.name == "fails" and entry.lineno == line for entry in traceback.extract_tb(raised.tb))
+
+
+def test_a_provenance_record_is_initialized_as_thunders_initializes_it():
+    def made(post_init, inst, inputs):
+        record = object.__new__(interpreter.ProvenanceRecord)
+        record.inst, record.inputs, record.output_idx, record.output_key, record.value = inst, inputs, 0, None, None
+        post_init(record)
+        return record
+
+    a = interpreter.ProvenanceRecord(interpreter.PseudoInst.CONSTANT, inputs=[], value=1)
+    b = interpreter.ProvenanceRecord(interpreter.PseudoInst.CONSTANT, inputs=[], value=2)
+    a.ext_flag, b.ext_flag = 6, 3
+    thunders = interpreter.ProvenanceRecord.__post_init__
+    ours = _thunder_fast._post_init_replacement(thunders)
+    for inst, inputs in [(interpreter.PseudoInst.BINARY_SUBSCR, [a, b]), (interpreter.PseudoInst.CONSTANT, []),
+                         (interpreter.PseudoInst.LOAD_ATTR, [a])]:
+        expected, got = made(thunders, inst, inputs), made(ours, inst, inputs)
+        assert (got.inputs, got.ext_flag) == (expected.inputs, expected.ext_flag) and got.inputs is not inputs
+    for inst, inputs in [("LOAD_ATTR", []), (interpreter.PseudoInst.CONSTANT, (a,)),
+                         (interpreter.PseudoInst.CONSTANT, [1])]:
+        with pytest.raises(AssertionError):
+            made(thunders, inst, inputs)
+        with pytest.raises(AssertionError):
+            made(ours, inst, inputs)

@@ -20,6 +20,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "build_value_from_wrapped": ("wrapped_v",),
     "wrap": ("value", "provenance"),
     "get_or_make_python_frame": ("self",),
+    "__post_init__": ("self",),
     "put_grads": ("a", "g"),
     "split_into_forward_and_backward": ("joint_trace",),
     "sort_waits": ("execution_trace",),

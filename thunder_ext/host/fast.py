@@ -24,6 +24,9 @@ here                                 Thunder                                    
 :data:`DIS_FOR_INTERPRETER`          ``dis`` as the interpreter reads it: a      decoded once per code object
                                      frame's instructions, its exception table   (Thunder: at every call of the
                                                                                  function, every raise)
+:func:`record_post_init` (stand-in)  ``ProvenanceRecord.__post_init__`` (the     one loop instead of a generator
+                                     interpreter makes one for every value it    and ``functools.reduce`` with a
+                                     wraps)                                      lambda
 :func:`python_frame` (stand-in)      ``InterpreterFrame.get_or_make_python_``    one frame per raise site, made
                                      ``frame`` (a frame for an exception's       by a thread it waits on; Thunder
                                      traceback)                                  spins on the GIL until it runs
@@ -45,6 +48,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType, ModuleType
 from typing import Any
 
+from thunder.core.interpreter import ProvenanceRecord, PseudoInst
 from thunder.core.prims import OpTags
 from thunder.core.proxies import NumberProxyInterface, Proxy, variableify
 from thunder.core.pytree import tree_iter, tree_map
@@ -58,7 +62,7 @@ from .reliances import REGION_BYPASS
 
 __all__ = ["flat_outs", "proxy_outs", "proxy_out_names", "proxy_arg_names", "first_appearance", "region", "fuse",
            "update_fusion_call_ctx", "DontDce", "dedup_number_proxies", "with_bound_symbols", "DIS_FOR_INTERPRETER",
-           "python_frame"]
+           "python_frame", "record_post_init"]
 
 _LEAF_TYPES = frozenset({int, float, bool, complex, str, type(None)})
 """Types Thunder's ``tree_flatten`` always treats as leaves (with proxies)."""
@@ -329,6 +333,34 @@ def _memoized_dis() -> ModuleType:
 
 DIS_FOR_INTERPRETER = _memoized_dis()
 """``dis`` as ``thunder.core.interpreter`` reads it while the pipeline holds its patches."""
+
+
+def record_post_init(original: Callable[[Any], None], self: Any) -> None:
+    """Stand-in of ``ProvenanceRecord.__post_init__``: the same checks, a copy of the inputs and their flags joined
+    (``ext_flag``: the bitwise and of the inputs', 0 without inputs). The patch is :func:`_post_init_replacement`."""
+    _post_init_replacement(original)(self)
+
+
+def _post_init_replacement(original: Callable[[Any], None]) -> Callable[[Any], None]:
+    """What replaces ``__post_init__`` (:func:`thunder_ext.host.patches.guarded`): the same computation, on or off —
+    it is exactly Thunder's, on the interpreter's hottest path (one record per value it wraps)."""
+
+    def post_init(self: Any) -> None:
+        assert isinstance(self.inst, _INSTRUCTIONS), f"{self.inst} is not Instruction or PseudoInst"
+        inputs = self.inputs
+        assert isinstance(inputs, list)
+        flag = -1 if inputs else 0
+        for record in inputs:
+            assert isinstance(record, ProvenanceRecord)
+            flag &= record.ext_flag
+        self.inputs = inputs.copy()
+        self.ext_flag = flag
+
+    return post_init
+
+
+record_post_init.replacement = _post_init_replacement  # type: ignore[attr-defined]
+_INSTRUCTIONS = (dis.Instruction, PseudoInst)
 
 
 def python_frame(original: Callable[[Any], FrameType], self: Any) -> FrameType:

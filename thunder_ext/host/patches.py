@@ -152,6 +152,7 @@ def _where() -> dict[str, tuple[Any, ...]]:
     extra = (nvfuser,) if nvfuser is not None else ()
     return {
         "wrap": (interpreter,), "get_or_make_python_frame": (interpreter.InterpreterFrame,),
+        "__post_init__": (interpreter.ProvenanceRecord,),
         LTORCH_COPY.name: (ltorch,), "unpack_inputs": (jit_ext,), NAME_POSTFIX.name: (jit_ext,),
         "__bool__": (NumberProxy,), "__float__": (NumberProxy,), "__int__": (NumberProxy,),
         "__index__": (IntegerProxy,), "proxify": (jit_ext.JitCtx,), "tensorproxy": (proxies,),
