@@ -69,10 +69,10 @@ def test_two_groups_are_not_serialized(ranks):
     assert len(pairs) == 1 and pairs[0][2], pairs  # one group's two all-reduces (on different tensors): ordered
 
 
-DATA_PARALLEL = [("ddp", "torch"), ("fsdp", "torchcompile"), ("fsdp-zero3-block", "torch")]
-"""Run by default: each kind of data parallelism once (ZeRO-2 through torch.compile regions); the other cells, 3-5 s
-of two ranks each, are ``slow``."""
-DATA_PARALLEL_SLOW = [("fsdp", "torch"), ("ddp", "torchcompile-nocomm/dataflow"), ("ddp", "torchcompile-nocomm"),
+DATA_PARALLEL = [("ddp", "torch"), ("fsdp", "torch"), ("fsdp-zero3-block", "torch")]
+"""Run by default: each kind of data parallelism once, on the torch executor; the other cells (through torch.compile
+regions: 3-10 s of two ranks each) are ``slow``."""
+DATA_PARALLEL_SLOW = [("fsdp", "torchcompile"), ("ddp", "torchcompile-nocomm/dataflow"), ("ddp", "torchcompile-nocomm"),
                       ("fsdp", "torchcompile/dataflow"), ("fsdp", "torchcompile-nocomm"),
                       ("fsdp", "torchcompile-nocomm/dataflow"), ("fsdp-zero3", "torchcompile"), ("fsdp-layer", "torch"),
                       ("fsdp-zero3-block", "torchcompile")]
