@@ -17,10 +17,12 @@ step  Thunder's point                             what thunder-effects does ther
                                                   dynamic: :mod:`thunder_ext.dynamic_numbers`, ``proxify``, every
                                                   conversion of one recorded); the interpreter answers Python
                                                   state as eager (:func:`interpreter_tables`: lookasides, ``Tensor``
-                                                  methods and properties; ``interpreter.wrap``), ``_copy_`` keeps
-                                                  eager's result types, ``bool`` of a tensor value decided on the
-                                                  call's values (``data_dependent``), a run-time number otherwise
-                                                  never converted to a Python value (``unknown_numbers``)
+                                                  methods and properties; ``interpreter.wrap``), objects made by
+                                                  any ``__new__`` the call's (``is_created_during_tracing``),
+                                                  ``_copy_`` keeps eager's result types, ``bool`` of a tensor value
+                                                  decided on the call's values (``data_dependent``), a run-time
+                                                  number otherwise never converted to a Python value
+                                                  (``unknown_numbers``)
 3     ``thunder_general_jit``: prologue, epilogue  ``propagate_constraints`` (each value made of a dynamic number
                                                   guarded), ``unpack_inputs`` (its ``sorted``), the input names
                                                   (paths through tensor keys), ``build_value_from_wrapped`` and
@@ -130,6 +132,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     NUMBER_BINARY_OPERATOR.name: (NUMBER_BINARY_OPERATOR.get(NumberProxy), dynamic_numbers.binary_op),
     NUMBER_UNARY_OPERATOR.name: (NUMBER_UNARY_OPERATOR.get(NumberProxy), dynamic_numbers.unary_op),
     "propagate_constraints": (jit_ext.propagate_constraints, number_guards.constrain),
+    "is_created_during_tracing": (jit_ext.is_created_during_tracing, object_state.created_during_tracing),
     "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),
     # 5-6: input aliases, DCE, gradients
