@@ -353,12 +353,11 @@ def test_dynamic_cache_decoding_matches_eager_in_two_compilations(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["bert", pytest.param("t5", marks=pytest.mark.xfail(
-    strict=True, reason="unsolved: T5's forward calls config.get_text_config(decoder=True), which deep-copies the "
-    "config inside the trace; the interpreter's MappingKeysView then has no '_mapping'"))])
+@pytest.mark.parametrize("name", ["bert", "t5"])
 def test_labels_loss_built_in_forward_matches_eager(name):
     """BERT and T5 build ``CrossEntropyLoss()`` inside ``forward`` when given ``labels=``: loss and gradients as
-    eager's, over two calls."""
+    eager's, over two calls. T5's forward also deep-copies its config (``get_text_config(decoder=True)``) and reads
+    it through ``PretrainedConfig.__getattribute__``'s aliases (``num_hidden_layers``)."""
     transformers = _transformers()
     torch.manual_seed(0)
     if name == "bert":
