@@ -87,8 +87,9 @@ from .passes.certificate import CollectiveCertificate
 from .passes.inplace_kernels import Reinplace
 from .passes.trace_verification import EffectVerification, verify_jitted
 from . import dynamic_numbers, dynamic_shapes, number_guards, recompiles
-from .python_state import (arguments, custom_getattribute, dict_state, interpreter_state, list_state, module_state,
-                           object_state, rebinding, referents, state_epilogue, tensor_attributes, tensor_hooks)
+from .python_state import (arguments, custom_getattribute, dict_state, interpreter_state, list_state, mapping_views,
+                           module_state, object_state, rebinding, referents, state_epilogue, tensor_attributes,
+                           tensor_hooks)
 
 __all__ = ["STAND_INS", "MODULE_ATTRIBUTES", "AFTER_ACQUISITION", "acquire", "InterpreterTables",
            "interpreter_tables", "gradient_tables", "transforms", "verifies", "on_compiled", "dist_utils"]
@@ -193,6 +194,7 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]],
     added = (opaque_torch.lookasides() | interpreter_state.lookasides() | seeding.lookasides()
              | overloads.lookasides(lookaside_map) | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
+             | mapping_views.lookasides()
              | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
              | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map, unknown_numbers.EXTREMES)
              | custom_getattribute.lookasides(lookaside_map))
