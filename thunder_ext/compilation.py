@@ -17,11 +17,13 @@ step  Thunder's point                             what thunder-effects does ther
                                                   dynamic: :mod:`thunder_ext.dynamic_numbers`, ``proxify``, every
                                                   conversion of one recorded); the interpreter answers Python
                                                   state as eager (:func:`interpreter_tables`: lookasides, ``Tensor``
-                                                  methods and properties; ``interpreter.wrap``), ``_copy_`` keeps
-                                                  eager's result types, ``bool`` of a tensor value decided on the
-                                                  call's values (``data_dependent``), a run-time number otherwise
-                                                  never converted to a Python value (``unknown_numbers``); its
-                                                  bytecode decoding and traceback frames memoized (``host.fast``)
+                                                  methods and properties; ``interpreter.wrap``), objects made by
+                                                  any ``__new__`` the call's (``is_created_during_tracing``),
+                                                  ``_copy_`` keeps eager's result types, ``bool`` of a tensor value
+                                                  decided on the call's values (``data_dependent``), a run-time
+                                                  number otherwise never converted to a Python value
+                                                  (``unknown_numbers``); its bytecode decoding and traceback frames
+                                                  memoized (``host.fast``)
 3     ``thunder_general_jit``: prologue, epilogue  ``propagate_constraints`` (each value made of a dynamic number
                                                   guarded), ``unpack_inputs`` (its ``sorted``), the input names
                                                   (paths through tensor keys), ``build_value_from_wrapped`` and
@@ -87,8 +89,9 @@ from .passes.certificate import CollectiveCertificate
 from .passes.inplace_kernels import Reinplace
 from .passes.trace_verification import EffectVerification, verify_jitted
 from . import dynamic_numbers, dynamic_shapes, number_guards, recompiles
-from .python_state import (arguments, dict_state, interpreter_state, list_state, module_state, object_state, rebinding,
-                           referents, state_epilogue, tensor_attributes, tensor_hooks)
+from .python_state import (arguments, custom_getattribute, dict_state, interpreter_state, list_state, mapping_views,
+                           module_state, object_state, rebinding, referents, state_epilogue, tensor_attributes,
+                           tensor_hooks)
 
 __all__ = ["STAND_INS", "MODULE_ATTRIBUTES", "AFTER_ACQUISITION", "acquire", "InterpreterTables",
            "interpreter_tables", "gradient_tables", "transforms", "verifies", "on_compiled", "dist_utils"]
@@ -134,6 +137,7 @@ STAND_INS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     NUMBER_BINARY_OPERATOR.name: (NUMBER_BINARY_OPERATOR.get(NumberProxy), dynamic_numbers.binary_op),
     NUMBER_UNARY_OPERATOR.name: (NUMBER_UNARY_OPERATOR.get(NumberProxy), dynamic_numbers.unary_op),
     "propagate_constraints": (jit_ext.propagate_constraints, number_guards.constrain),
+    "is_created_during_tracing": (jit_ext.is_created_during_tracing, object_state.created_during_tracing),
     "build_value_from_wrapped": (jit_ext.build_value_from_wrapped, object_state.build_value_from_wrapped),
     "process_recorded_modifications": (jit_ext.process_recorded_modifications, state_epilogue.write_back),
     # 5-6: input aliases, DCE, gradients
@@ -196,8 +200,10 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]],
     added = (opaque_torch.lookasides() | interpreter_state.lookasides() | seeding.lookasides()
              | overloads.lookasides(lookaside_map) | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
+             | mapping_views.lookasides()
              | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
-             | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map, unknown_numbers.EXTREMES))
+             | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map, unknown_numbers.EXTREMES)
+             | custom_getattribute.lookasides(lookaside_map))
     added[bool] = dynamic_numbers.deciding(added[bool])
     added |= python_dtypes.lookasides(lookaside_map | added)  # in front of the entries above (out=, *_like)
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind

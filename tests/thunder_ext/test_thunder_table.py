@@ -33,6 +33,7 @@ EXPECTED_PRIVATE_NAMES = (
     "thunder.core.jit_ext._infer_name_postfix_from_provenance",
     "thunder.core.proxies._infer_tensor_properties",
     "thunder.core.interpreter._interpret_call",
+    "thunder.core.interpreter._object_getattribute_lookaside",
     "thunder.core.interpreter.InterpreterRuntimeCtx._known_wrappers",
     "thunder.core.jit_ext.JitCtx._additional_outputs",
     "thunder.core.jit_ext.JitCtx._constraints",

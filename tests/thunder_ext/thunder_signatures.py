@@ -17,6 +17,7 @@ EXPECTED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "thunder_general_jit": ("fn", "args", "kwargs", "sharp_edges", "ad_hoc_executor"),
     "_copy_": ("a", "b"),
     "process_recorded_modifications": ("ctx", "epilogue_trace"),
+    "is_created_during_tracing": ("provenance",),
     "build_value_from_wrapped": ("wrapped_v",),
     "wrap": ("value", "provenance"),
     "get_or_make_python_frame": ("self",),

@@ -38,6 +38,9 @@ name                                                  for
                                                       replaced: a starred non-sequence iterable)
 ``thunder.core.interpreter._interpret_call``          interprets a function from a lookaside (a tensor hook:
                                                       traced for the backward)
+``thunder.core.interpreter._object_getattribute_loo…  ``object.__getattribute__`` as the interpreter emulates it
+                                                      (what a class's own ``__getattribute__`` calls through
+                                                      ``super()``: custom_getattribute)
 ``InterpreterRuntimeCtx._known_wrappers``             the interpreter's wrapper of each object by id (one
                                                       object, one wrapper)
 ``JitCtx._additional_outputs``                        the interpreter's record of assignments to Python objects
@@ -107,7 +110,8 @@ from typing import Any
 
 __all__ = ["Kind", "Private", "Stash", "PRIVATE_NAMES", "STASHES", "TORCH_FUNCTION_MAP", "VIEW_SYMBOLS",
            "MAY_VIEW_SYMBOLS", "METHOD_TABLE", "PROPERTY_TABLE", "OPCODE_TABLE", "LOOKASIDE_TABLE", "GRAD_TABLE",
-           "LTORCH_COPY", "NAME_POSTFIX", "INFER_TENSOR_PROPERTIES", "INTERPRET_CALL", "KNOWN_WRAPPERS",
+           "LTORCH_COPY", "NAME_POSTFIX", "INFER_TENSOR_PROPERTIES", "INTERPRET_CALL", "OBJECT_GETATTRIBUTE",
+           "KNOWN_WRAPPERS",
            "ADDITIONAL_OUTPUTS", "CONSTRAINTS", "PROXIED_VALUES", "NUMBER_BINARY_OPERATOR",
            "NUMBER_UNARY_OPERATOR",
            "SIGINFO", "UPDATE_FUSION_CALL_CTX", "BIND_POSTPROCESS", "CALL_CTX", "FORWARD_FN", "FLAT_OUTS",
@@ -217,8 +221,12 @@ INFER_TENSOR_PROPERTIES = Private("thunder.core.proxies", "_infer_tensor_propert
                                   "(dynamic numbers keep shapes static)")
 INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE,
                          ("eager/batch_norm", "eager/optimizers", "eager/overloads", "eager/transformers_compat",
-                          "python_state/interpreter_state", "python_state/list_state", "python_state/tensor_hooks"),
+                          "python_state/custom_getattribute", "python_state/interpreter_state",
+                          "python_state/list_state", "python_state/mapping_views", "python_state/tensor_hooks"),
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
+OBJECT_GETATTRIBUTE = Private("thunder.core.interpreter", "_object_getattribute_lookaside", Kind.MODULE,
+                              ("python_state/custom_getattribute",),
+                              "the interpreter's emulation of object.__getattribute__ (an override's super() call)")
 KNOWN_WRAPPERS = Private("thunder.core.interpreter.InterpreterRuntimeCtx", "_known_wrappers", Kind.FIELD,
                          ("python_state/list_state",),
                          "the interpreter's one wrapper per object (by id), whatever path reached it")
@@ -274,7 +282,8 @@ CHECK_IMPLS = tuple(
 
 PRIVATE_NAMES: tuple[Private, ...] = (
     TORCH_FUNCTION_MAP, VIEW_SYMBOLS, MAY_VIEW_SYMBOLS, METHOD_TABLE, PROPERTY_TABLE, OPCODE_TABLE, LOOKASIDE_TABLE,
-    GRAD_TABLE, LTORCH_COPY, NAME_POSTFIX, INFER_TENSOR_PROPERTIES, INTERPRET_CALL, KNOWN_WRAPPERS, ADDITIONAL_OUTPUTS,
+    GRAD_TABLE, LTORCH_COPY, NAME_POSTFIX, INFER_TENSOR_PROPERTIES, INTERPRET_CALL, OBJECT_GETATTRIBUTE, KNOWN_WRAPPERS,
+    ADDITIONAL_OUTPUTS,
     CONSTRAINTS, PROXIED_VALUES, NUMBER_BINARY_OPERATOR, NUMBER_UNARY_OPERATOR,
     SIGINFO, UPDATE_FUSION_CALL_CTX, BIND_POSTPROCESS, CALL_CTX, FORWARD_FN, FLAT_OUTS, FLAT_PROXY_ARGS,
     *REGION_FIELDS,

@@ -18,10 +18,10 @@ interpreter's own extension points (lookasides, prologue constraints, recorded m
   ordered on
   the ``global`` resource that stores the run's value into the run's dict;
 * **guards**: when the program asks what keys such a dict has (``len``, ``in``, ``get`` of a missing key, a
-  missing ``d[k]``, ``keys``/iteration), a prologue constraint :data:`CHECK_KEYS` pins the dict's key set as it
-  was at trace time (string and integer keys; tensor-keyed dicts pin their length). A later call whose dict has
-  other keys misses the cache and compiles anew — the first optimizer step and the steps after it are two
-  compilations, then every step hits.
+  missing ``d[k]``, iteration: :mod:`thunder_ext.python_state.mapping_views`), a prologue constraint
+  :data:`CHECK_KEYS` pins the dict's key set as it was at trace time (string and integer keys; tensor-keyed dicts
+  pin their length). A later call whose dict has other keys misses the cache and compiles anew — the first
+  optimizer step and the steps after it are two compilations, then every step hits.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from ..host.names import DICT_WRITES, GUARDED_DICTS
 from ..host.reliances import UNPACK_SORTED
 from ..declare.opaque_torch import executor
 
-__all__ = ["SET_ITEM", "CHECK_KEYS", "DictKeysChanged", "ProxyLeakError", "lookasides", "take_writes", "reachable",
-           "sorting_tensor_keys", "sorted_by_proxy_names", "name_postfix", "is_attribute_dict"]
+__all__ = ["SET_ITEM", "CHECK_KEYS", "DictKeysChanged", "ProxyLeakError", "lookasides", "guard_keys", "take_writes",
+           "reachable", "sorting_tensor_keys", "sorted_by_proxy_names", "name_postfix", "is_attribute_dict"]
 
 _UNPACKABLE = frozenset({PseudoInst.LOAD_ATTR, PseudoInst.BINARY_SUBSCR})
 _INPUTS = frozenset({PseudoInst.INPUT_ARGS, PseudoInst.INPUT_KWARGS, PseudoInst.INPUT_FN})
@@ -123,8 +123,9 @@ def _through_module(record: ProvenanceRecord) -> bool:
     return any(_through_module(i) for i in record.inputs)
 
 
-def _guard(d: WrappedValue) -> None:
-    """Pin the key set of ``d`` (as the arguments gave it) in the prologue, once per dict."""
+def guard_keys(d: WrappedValue) -> None:
+    """Pin the key set of ``d`` (as the arguments gave it) in the prologue, once per dict (asked here and by the
+    iteration of :mod:`thunder_ext.python_state.mapping_views`)."""
     if (not isinstance(d, WrappedValue) or not reachable(d.provenance) or _through_module(d.provenance)
             or d.provenance.inst in _CALL_CONTAINERS):
         return
@@ -153,10 +154,10 @@ def _getitem(d: WrappedValue, key: WrappedValue) -> Any:
     if tensor is None:
         if (isinstance(_unwrap_value(d), dict) and not isinstance(_unwrap_value(d), defaultdict)
                 and _unwrap_value(key) not in _unwrap_value(d)):
-            _guard(d)
+            guard_keys(d)
         return default_lookaside(dict.__getitem__)(d, key)
     if tensor not in d.value and not isinstance(d.value, defaultdict):
-        _guard(d)  # a defaultdict creates the entry, with or without a compilation: nothing to pin
+        guard_keys(d)  # a defaultdict creates the entry, with or without a compilation: nothing to pin
     try:
         value = d.value[tensor]  # a defaultdict creates the missing entry, as in eager
     except Exception as e:
@@ -180,7 +181,7 @@ def _contains(d: WrappedValue, key: WrappedValue) -> Any:
     entries when the collector runs (torch._dynamo's ``ExactWeakKeyDictionary``, which ``nn.Module.__init__`` writes
     once torch.compile has run: a litgpt forward builds an ``nn.Identity``) raised "dictionary changed size during
     iteration" when a collection fell inside that loop."""
-    _guard(d)
+    guard_keys(d)
     tensor = _tensor_key(key)
     try:
         found = (tensor if tensor is not None else key.value) in d.value
@@ -193,19 +194,14 @@ def _get(d: WrappedValue, key: WrappedValue, default: Any = None) -> Any:
     tensor = _tensor_key(key)
     present = (tensor if tensor is not None else _unwrap_value(key)) in d.value
     if not present:
-        _guard(d)
+        guard_keys(d)
         return default if isinstance(default, WrappedValue) else wrap_const(None)
     return _getitem(d, key)
 
 
 def _len(d: WrappedValue) -> Any:
-    _guard(d)
+    guard_keys(d)
     return default_lookaside(dict.__len__)(d)
-
-
-def _keys(d: WrappedValue) -> Any:
-    _guard(d)
-    return default_lookaside(dict.keys)(d)
 
 
 def _setitem(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -326,7 +322,6 @@ def lookasides(current: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[...
         dict.__contains__: _contains,
         dict.get: _get,
         dict.__len__: _len,
-        dict.keys: _keys,
         dict.__setitem__: _setitem(current[dict.__setitem__]),
     }
 

@@ -17,6 +17,17 @@ epilogue must store or return — an attribute or dict item written back, a list
   objects reachable from the arguments the run's own (fetched by the prologue), classes, functions and modules
   themselves.
 
+Which objects the call made is also what decides how the interpreter assigns their attributes: Thunder's
+``object.__setattr__`` lookaside sets an attribute natively on an object its ``is_created_during_tracing`` says the
+call made, and otherwise writes the interpreter's copy of the object's ``__dict__`` (a write-back for the
+epilogue), leaving the object itself unchanged while tracing. Thunder recognises a construction by its callee, a
+*constant* ``object.__new__``; but the interpreter keeps one wrapper per object, so once the program has read
+``object.__new__`` as an attribute (``cls.__new__(cls)``: ``copy.copy``, ``copy.deepcopy``, ``copyreg.__newobj__``,
+a factory) every later construction in the trace — the interpreter's own mapping views included — had that
+attribute read as its callee, and its attributes stayed unset for anything that reads the object natively
+(``'MappingKeysView' object has no attribute '_mapping'`` when a deep copy iterated a ``__dict__``).
+:func:`created_during_tracing` (the stand-in) recognises an opaque ``__new__`` call by the name it was called by.
+
 An object's fields are read from the wrappers the interpreter made for them where it made one (the assignment in
 the created object's ``__init__``, recorded by :func:`record_created_field`: an object reachable from the arguments
 keeps its provenance, so the epilogue stores the run's object and not the traced one), else from the object itself.
@@ -38,7 +49,7 @@ import torch
 from effects import GLOBAL, ObjectStateError, interpreter_owned, make_effects
 
 from thunder.core import devices, dtypes
-from thunder.core.interpreter import PseudoInst, WrappedValue
+from thunder.core.interpreter import ProvenanceRecord, PseudoInst, WrappedValue
 from thunder.core.jit_ext import get_jit_ctx
 from thunder.core.proxies import Proxy
 from thunder.core.trace import get_tracectx, tracectx
@@ -49,7 +60,7 @@ from .list_state import SET_CONTENTS, ctx_table, list_items
 from ..declare.opaque_torch import executor
 
 __all__ = ["CreatedObjectError", "NEW_OBJECT", "SET_FIELD", "write_contents", "epilogue_value",
-           "record_created_field", "is_created", "build_value_from_wrapped", "describe"]
+           "record_created_field", "is_created", "created_during_tracing", "build_value_from_wrapped", "describe"]
 
 
 class CreatedObjectError(ObjectStateError):
@@ -94,6 +105,24 @@ def is_created(value: WrappedValue) -> bool:
     """Whether ``value`` was made by the call (the prologue cannot fetch it): not a chain of attribute reads and
     subscripts of the inputs, nor a constant."""
     return not reachable(value.provenance) and value.provenance.inst is not PseudoInst.CONSTANT
+
+
+def created_during_tracing(original: Callable[[ProvenanceRecord], bool], provenance: ProvenanceRecord) -> bool:
+    """Stand-in for ``jit_ext.is_created_during_tracing`` (``original``): also an opaque call of a ``__new__``
+    however the interpreter reached it — a constant, or an attribute read (``cls.__new__``, ``super().__new__``).
+    A ``__new__`` run opaquely is a C type's, which returns a new object (a Python ``__new__`` that hands out an
+    existing object is interpreted, and its result keeps that object's provenance)."""
+    return original(provenance) or (provenance.inst is PseudoInst.OPAQUE
+                                    and _callee_name(provenance.inputs[0]) == "__new__")
+
+
+def _callee_name(record: ProvenanceRecord) -> str | None:
+    """The name an opaque call's callee goes by: a constant's ``__name__``, or the attribute it was read as."""
+    if record.inst is PseudoInst.CONSTANT:
+        return getattr(record.value, "__name__", None)
+    if record.inst is PseudoInst.LOAD_ATTR and record.inputs[1].inst is PseudoInst.CONSTANT:
+        return record.inputs[1].value
+    return None
 
 
 def record_created_field(obj: Any, name: Any, value: Any) -> None:
