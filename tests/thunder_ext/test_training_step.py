@@ -123,19 +123,22 @@ def check(build: Callable[[], nn.Module], config: str, *, tensor_lr: bool, closu
 
 
 @pytest.mark.slow
-def test_whole_step_on_the_smallest_model():
-    """The step on the smallest model, torch executor: a tensor lr read on every call — two compilations."""
-    jitted = check(Bigram, "torch", tensor_lr=True, closure=True)
+@pytest.mark.parametrize(("config", "closure"), [
+    pytest.param(config, k % 2 == 0, id=f"{config}-{'closure' if k % 2 == 0 else 'arguments'}")
+    for k, config in enumerate(CONFIGS)])
+def test_whole_step_on_the_smallest_model(config, closure):
+    """The step on the smallest model under every executor configuration, the two spellings of the update
+    alternating: a tensor lr read on every call — two compilations."""
+    jitted = check(Bigram, config, tensor_lr=True, closure=closure)
     assert thunder.cache_misses(jitted.update.__wrapped__) == 2
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("config", "closure"), [
-    pytest.param(config, k % 2 == 0, id=f"{config}-{'closure' if k % 2 == 0 else 'arguments'}")
-    for k, config in enumerate(CONFIGS)])
+@pytest.mark.parametrize(("config", "closure"), [("torch", True), ("torchcompile-consecutive", False)],
+                         ids=["torch-closure", "torchcompile-consecutive-arguments"])
 def test_litgpt_whole_step_with_a_tensor_lr(config, closure):
-    """Every executor configuration, the two spellings of the update alternating (each compile of the AdamW update
-    takes ~45 s of CPU here)."""
+    """The litgpt step on the torch executor and through torch.compile regions, one spelling of the update each
+    (each compile of the AdamW update takes ~45 s of CPU here; the other configurations run on the smallest model)."""
     jitted = check(small_gpt, config, tensor_lr=True, closure=closure)
     assert thunder.cache_misses(jitted.update.__wrapped__) == 2  # creating the state; every later step
 
