@@ -16,9 +16,12 @@ The workload: a litgpt ``GPT`` (2 layers, ``n_embd`` 64, vocab 256, block 32) an
 * *thunder (other)*: the rest of Thunder (symbols, metas, transforms, executors, code generation);
 * *other*: Python's and torch's own (kernels, the standard library).
 
-Profiling slows Python code two- to threefold, evenly, so the shares are the result, not the seconds. The wall time
-of an unprofiled first call is measured first, in the same process, on a fresh model (so torch.compile's caches are
-cold for it and warm for the profiled call). Writes
+Profiling slows Python code two- to threefold, evenly, so the shares are the result, not the seconds. First, the
+same first call unprofiled under ``thunder_ext.jit``, stock ``thunder.jit`` (the same executors) and
+``torch.compile``, each on a fresh model, for the wall times and their ratios; then the profiled one. Every call
+compiles from nothing: Inductor's caches are off (``force_disable_caches``), and one trivial ``torch.compile`` runs
+first, so that no row pays Inductor's start-up in the process.
+Writes
 ``benchmarks/results/first_call.{json,md}``.
 """
 
@@ -29,6 +32,7 @@ import cProfile
 import pstats
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +41,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import thunder_ext  # noqa: E402  (before thunder)
 
-from common import environment, markdown_table, write_results  # noqa: E402
+import thunder  # noqa: E402
+from common import describe_error, environment, markdown_table, write_results  # noqa: E402
 
 BUCKETS = (
     ("interpreter", ("thunder/core/interpreter.py", "thunder/core/jit_ext.py")),
@@ -65,9 +70,18 @@ def _loss(model: torch.nn.Module) -> Any:
     return loss
 
 
-def _first_call(executors: list[str], profile: cProfile.Profile | None) -> float:
+COMPILERS: dict[str, Callable[[Callable[..., Any], list[str]], Callable[..., Any]]] = {
+    "thunder_ext.jit": lambda fn, executors: thunder_ext.jit(fn, executors=executors),
+    "thunder.jit (stock)": lambda fn, executors: thunder.jit(fn, executors=executors),
+    "torch.compile": lambda fn, executors: torch.compile(fn),
+}
+"""The compilers compared by their unprofiled first calls (``torch.compile`` ignores the executors)."""
+
+
+def _first_call(executors: list[str], profile: cProfile.Profile | None, compiler: str = "thunder_ext.jit") -> float:
     idx = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(1))
-    jitted = thunder_ext.jit(_loss(_model()), executors=executors)
+    torch._dynamo.reset()
+    jitted = COMPILERS[compiler](_loss(_model()), executors)
     start = time.perf_counter()
     if profile is not None:
         profile.enable()
@@ -75,6 +89,18 @@ def _first_call(executors: list[str], profile: cProfile.Profile | None) -> float
     if profile is not None:
         profile.disable()
     return time.perf_counter() - start
+
+
+def _compared(executors: list[str]) -> dict[str, float | str]:
+    """Each compiler's unprofiled first call, Inductor's caches off for all (each compiles from nothing)."""
+    with torch._inductor.config.patch(force_disable_caches=True):
+        found: dict[str, float | str] = {}
+        for name in COMPILERS:
+            try:
+                found[name] = _first_call(executors, None, name)
+            except Exception as error:  # noqa: BLE001 - a failing compiler is a result of the benchmark
+                found[name] = describe_error(error)
+        return found
 
 
 def _buckets(profile: cProfile.Profile) -> dict[str, float]:
@@ -90,11 +116,15 @@ def main() -> None:
     parser.add_argument("--executors", nargs="+", default=["torch", "torchcompile"])
     args = parser.parse_args()
     torch.set_num_threads(1)
-    rows = []
+    rows, compared = [], []
+    torch.compile(lambda x: x + 1)(torch.ones(1))  # Inductor's start-up in this process, paid by no row
     for executor in args.executors:
-        wall = _first_call([executor], None)
+        compared.append({"executors": [executor], "first_call_s": _compared([executor])})
+        print(compared[-1], flush=True)
+        wall = compared[-1]["first_call_s"]["thunder_ext.jit"]
         profile = cProfile.Profile()
-        profiled = _first_call([executor], profile)
+        with torch._inductor.config.patch(force_disable_caches=True):
+            profiled = _first_call([executor], profile)
         totals = _buckets(profile)
         whole = sum(totals.values())
         rows.append({"executors": [executor], "first_call_s": wall, "profiled_s": profiled,
@@ -106,13 +136,28 @@ def main() -> None:
                              *(f"{100 * r['shares'][n]:.0f}% ({r['buckets_s'][n]:.1f} s)" for n in names)]
                             for r in rows])
     print(table)
+    ratios = markdown_table(
+        ["executors", *COMPILERS, "thunder_ext.jit / stock", "thunder_ext.jit / torch.compile"],
+        [[", ".join(c["executors"]), *(_seconds(c["first_call_s"][n]) for n in COMPILERS),
+          _ratio(c["first_call_s"], "thunder.jit (stock)"), _ratio(c["first_call_s"], "torch.compile")]
+         for c in compared])
+    print(ratios)
     intro = ("Produced by `python benchmarks/first_call.py` (see its docstring): the first call of a litgpt training "
              "model's loss and its backward, its profiled own time by where the code lives; seconds "
-             "in parentheses are profiled ones. The unprofiled call runs first, on cold torch.compile caches; the "
-             "profiled one second, on a fresh model (Inductor's caches warm: its compile time is the unprofiled "
-             "column's excess).")
-    write_results("first_call", {"environment": environment("cpu"), "rows": rows},
-                  f"# Where a first call spends its time\n\n{intro}\n\n{table}")
+             "in parentheses are profiled ones. Every call compiles from nothing (Inductor's caches off).")
+    against = ("Against the other compilers, the same workload's first call unprofiled, each compiling from nothing "
+               "(`torch.compile` ignores the executors):")
+    write_results("first_call", {"environment": environment("cpu"), "rows": rows, "compared": compared},
+                  f"# Where a first call spends its time\n\n{intro}\n\n{table}\n\n{against}\n\n{ratios}")
+
+
+def _seconds(value: float | str) -> str:
+    return f"{value:.1f} s" if isinstance(value, float) else value
+
+
+def _ratio(found: dict[str, float | str], other: str) -> str:
+    ours, theirs = found["thunder_ext.jit"], found[other]
+    return f"{ours / theirs:.2f}×" if isinstance(ours, float) and isinstance(theirs, float) else "—"
 
 
 if __name__ == "__main__":

@@ -126,7 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     cli = parser()
     args = parse_args(argv)
     print(plan(args), flush=True)
-    warnings.filterwarnings("ignore", message="transformer_engine module not found")  # Thunder, at import
     warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"thunder\b|torch\b")
     import _demo_show  # torch and Thunder: seconds, so after --help and the plan
 
