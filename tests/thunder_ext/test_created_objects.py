@@ -25,6 +25,7 @@ import thunder  # noqa: E402
 import thunder_ext  # noqa: E402
 from thunder.core.proxies import Proxy  # noqa: E402
 from thunder_ext.python_state.object_state import CreatedObjectError  # noqa: E402
+from thunder_ext.python_state.tensor_attributes import OpaqueReadError  # noqa: E402
 
 from executor_configs import CONFIGS, PARAMS, per_case  # noqa: E402
 
@@ -262,6 +263,22 @@ def test_copies_and_cls_new_made_in_the_call_are_the_calls_objects():
         assert type(holder.kept) is Settings and vars(holder.kept) == vars(eager_holder.kept)
         assert holder.kept.options is not holder.settings.options
     assert thunder.cache_misses(jitted) == 1
+
+
+class Box:
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.weight, self.scale = weight, 2.0
+
+
+def test_a_copy_of_an_object_holding_a_tensor_is_refused_naming_the_attribute():
+    """``copy.copy`` reaches an object's state through ``object.__reduce_ex__``, a call Thunder makes opaquely, so
+    the tensor read from the copy has no path the prologue can fetch again: a typed error naming the attribute and
+    the call, and what to do (not Thunder's dump of provenance records)."""
+    def scaled(box, x):
+        return copy.copy(box).weight * x
+
+    with pytest.raises(OpaqueReadError, match=r"reads 'weight' .* object\.__reduce_ex__\(\).*outside the jitted"):
+        thunder_ext.jit(scaled, executors=["torch"])(Box(torch.ones(3)), torch.ones(3))
 
 
 class WithLoss(nn.Module):

@@ -65,8 +65,8 @@ from thunder.core.proxies import AnyProxy, Proxy, ProxyTag, TensorProxy, variabl
 from ..host.names import CONSTRAINTS, PROXIED_VALUES
 from . import interpreter_state
 
-__all__ = ["RequiresGradChangeError", "grad", "generator_next", "data", "requires_grad_", "detach_", "unpack_inputs",
-           "lookasides", "methods"]
+__all__ = ["RequiresGradChangeError", "OpaqueReadError", "grad", "generator_next", "data", "requires_grad_",
+           "detach_", "unpack_inputs", "lookasides", "methods"]
 
 
 class RequiresGradChangeError(NotImplementedError):
@@ -219,10 +219,65 @@ def _tag_parameter_objects(inputs: Iterable[Proxy], parameters: dict[int, Tensor
 def unpack_inputs(original: Callable[..., Any], ctx: Any, prologue_trace: Any, pro_to_comp_inps: Sequence[Any],
                   pro_to_epi_inps: Sequence[Any], args: Any, kwargs: Any) -> Any:
     """``jit_ext.unpack_inputs`` (builds the prologue's fetching of the inputs), with every module parameter on the
-    path of an input or of a prologue check fetched first (see the module docstring): they are handed to
-    ``original`` as extra epilogue inputs, which it fetches first, and taken out of its results again. Other tensors
-    on a path stay where Thunder puts them (it fetches them again as intermediate values, and a path may go through
-    objects it fetches later: an object the program assigned to is fetched as the epilogue's input)."""
+    path of an input or of a prologue check fetched first (:func:`_parameters_first`); an input reached only
+    through the result of an opaque call raises :class:`OpaqueReadError` (Thunder's own error prints the path's
+    records)."""
+    try:
+        return _parameters_first(original, ctx, prologue_trace, pro_to_comp_inps, pro_to_epi_inps, args, kwargs)
+    except NotImplementedError as error:
+        inputs = [v.proxy for v in (*pro_to_comp_inps, *pro_to_epi_inps)]
+        found = next((e for e in map(_opaque_read_error, inputs) if e is not None), None)
+        if found is None:
+            raise
+        raise found from error
+
+
+class OpaqueReadError(NotImplementedError):
+    """The traced function reads a value (a tensor, or one the prologue must check) that it reached only through
+    the result of an opaque call — ``copy.copy`` or ``copy.deepcopy`` of an object holding tensors reaches its state
+    through ``object.__reduce_ex__`` — so the prologue cannot fetch it again at the next call."""
+
+
+def _opaque_read_error(proxy: Any) -> OpaqueReadError | None:
+    history = getattr(proxy, "history", None)
+    callee = _opaque_callee(history)
+    if callee is None or not isinstance(history, ProvenanceRecord):
+        return None
+    last = history.inputs[-1] if history.inst is PseudoInst.BINARY_SUBSCR else None
+    read = f"{last.value!r} " if isinstance(last, ProvenanceRecord) and last.inst is PseudoInst.CONSTANT else ""
+    name = getattr(callee, "__qualname__", repr(callee))
+    return OpaqueReadError(
+        f"The jitted function reads {read}({type(proxy).__name__} {proxy.name}) from the result of {name}(), a call "
+        "Thunder makes without tracing into it: the prologue cannot make it again to fetch that value at the next "
+        "call. copy.copy and copy.deepcopy of an object holding tensors do this. Make the copy outside the jitted "
+        "function and pass it in, or read the value from the original object.")
+
+
+def _opaque_callee(record: Any) -> Any | None:
+    """The function of the first opaque call on ``record``'s path that Thunder cannot unpack through (it can
+    through ``__getitem__`` and a getset descriptor's ``__get__``); ``None`` if there is none."""
+    seen, stack = set(), [record]
+    while stack:
+        r = stack.pop()
+        if not isinstance(r, ProvenanceRecord) or id(r) in seen:
+            continue
+        seen.add(id(r))
+        callee = r.inputs[0] if r.inst is PseudoInst.OPAQUE and r.inputs else None
+        if isinstance(callee, ProvenanceRecord) and callee.inst is PseudoInst.CONSTANT and \
+                getattr(callee.value, "__name__", None) != "__getitem__" and \
+                callee.value is not types.GetSetDescriptorType.__get__:
+            return callee.value
+        stack.extend(r.inputs)
+    return None
+
+
+def _parameters_first(original: Callable[..., Any], ctx: Any, prologue_trace: Any, pro_to_comp_inps: Sequence[Any],
+                      pro_to_epi_inps: Sequence[Any], args: Any, kwargs: Any) -> Any:
+    """``original`` with every module parameter on the path of an input or of a prologue check fetched first (see
+    the module docstring): they are handed to ``original`` as extra epilogue inputs, which it fetches first, and
+    taken out of its results again. Other tensors on a path stay where Thunder puts them (it fetches them again as
+    intermediate values, and a path may go through objects it fetches later: an object the program assigned to is
+    fetched as the epilogue's input)."""
     checked = [a for _, *operands in CONSTRAINTS.get(ctx) for a in operands if isinstance(a, Proxy)]
     tensors = {id(p.history): p for p in checked if isinstance(p, TensorProxy) and p.history is not None}
     parameters = {key: p for key, p in tensors.items() if _fetched_as_parameter(p.history)}
