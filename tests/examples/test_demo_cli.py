@@ -26,5 +26,5 @@ def test_help_answers_without_importing_torch_or_thunder() -> None:
 
 def test_plan_states_the_expected_duration() -> None:
     line = demo.plan(demo.parse_args([]))
-    assert line.startswith("Expect about 6 min") and "part 3 ~2.2 min" in line, line
+    assert line.startswith("Expect about 2 min") and "part 3 ~0.8 min" in line, line
     assert "part 2" not in demo.plan(demo.parse_args(["--models"]))
