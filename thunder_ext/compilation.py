@@ -90,8 +90,8 @@ from .passes.inplace_kernels import Reinplace
 from .passes.trace_verification import EffectVerification, verify_jitted
 from . import dynamic_numbers, dynamic_shapes, number_guards, recompiles
 from .python_state import (arguments, custom_getattribute, dict_state, interpreter_state, list_state, mapping_views,
-                           module_state, object_state, rebinding, referents, state_epilogue, tensor_attributes,
-                           tensor_hooks)
+                           module_state, object_state, rebinding, reductions, referents, state_epilogue,
+                           tensor_attributes, tensor_hooks)
 
 __all__ = ["STAND_INS", "MODULE_ATTRIBUTES", "AFTER_ACQUISITION", "acquire", "InterpreterTables",
            "interpreter_tables", "gradient_tables", "transforms", "verifies", "on_compiled", "dist_utils"]
@@ -203,7 +203,7 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]],
              | mapping_views.lookasides()
              | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
              | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map, unknown_numbers.EXTREMES)
-             | custom_getattribute.lookasides(lookaside_map))
+             | custom_getattribute.lookasides(lookaside_map) | reductions.lookasides())
     added[bool] = dynamic_numbers.deciding(added[bool])
     added |= python_dtypes.lookasides(lookaside_map | added)  # in front of the entries above (out=, *_like)
     added |= tensor_attributes.lookasides(added)  # its TensorProxy.__getattr__ entry answers the rest from behind

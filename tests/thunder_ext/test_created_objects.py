@@ -25,9 +25,9 @@ import thunder  # noqa: E402
 import thunder_ext  # noqa: E402
 from thunder.core.proxies import Proxy  # noqa: E402
 from thunder_ext.python_state.object_state import CreatedObjectError  # noqa: E402
-from thunder_ext.python_state.tensor_attributes import OpaqueReadError  # noqa: E402
+from thunder_ext.python_state.tensor_attributes import OpaqueReadError, TensorDeepcopyError  # noqa: E402
 
-from executor_configs import CONFIGS, PARAMS, per_case  # noqa: E402
+from executor_configs import CALLS, CONFIGS, PARAMS, per_case  # noqa: E402
 
 
 class Layer:
@@ -270,15 +270,60 @@ class Box:
         self.weight, self.scale = weight, 2.0
 
 
-def test_a_copy_of_an_object_holding_a_tensor_is_refused_naming_the_attribute():
-    """``copy.copy`` reaches an object's state through ``object.__reduce_ex__``, a call Thunder makes opaquely, so
-    the tensor read from the copy has no path the prologue can fetch again: a typed error naming the attribute and
-    the call, and what to do (not Thunder's dump of provenance records)."""
+class Kept:
+    box: Box
+
+
+def shifted_copy(box: Box, kept: Kept, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    moved = copy.copy(box)
+    moved.weight = moved.weight + x
+    kept.box = moved
+    return moved.weight * moved.scale, box.weight
+
+
+@pytest.mark.parametrize("config", PARAMS)
+def test_a_shallow_copy_of_an_object_holding_a_tensor_reads_and_keeps_it_as_eager(config):
+    """``copy.copy`` reaches an object's state through ``object.__reduce_ex__``: answered with the interpreter's
+    own ``obj.__dict__`` (``python_state/reductions``), the tensor read from the copy has a path back to the
+    original, the copy kept by the caller holds the run's tensors, the original is untouched — on cache hits too."""
+    jitted = thunder_ext.jit(shifted_copy, **CONFIGS[config])
+    for i in range(CALLS):
+        box, eager_box = Box(torch.full((3,), float(i))), Box(torch.full((3,), float(i)))
+        kept, eager_kept = Kept(), Kept()
+        x = torch.arange(3.0)
+        torch.testing.assert_close(jitted(box, kept, x), shifted_copy(eager_box, eager_kept, x))
+        assert type(kept.box) is Box and kept.box is not box and kept.box.scale == 2.0
+        torch.testing.assert_close(kept.box.weight, eager_kept.box.weight)
+        torch.testing.assert_close(box.weight, torch.full((3,), float(i)))
+    assert thunder.cache_misses(jitted) == 1
+
+
+def test_a_deep_copy_reaching_a_tensor_is_refused_naming_it():
+    """``copy.deepcopy`` of a tensor cannot be made as eager makes it inside the trace (its ``requires_grad``, a
+    leaf's ``.grad``): a typed error that says what to do."""
+    def scaled(box, x):
+        return copy.deepcopy(box).weight * x
+
+    with pytest.raises(TensorDeepcopyError, match=r"copy\.deepcopy reaches the tensor .*outside the jitted"):
+        thunder_ext.jit(scaled, executors=["torch"])(Box(torch.ones(3)), torch.ones(3))
+
+
+class SlottedBox:
+    __slots__ = ("weight",)
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.weight = weight
+
+
+def test_a_copy_reduced_natively_is_refused_naming_the_attribute():
+    """An instance with ``__slots__`` is reduced by CPython's own code (``copyreg``'s slot names, then a state pair),
+    not answered by the interpreter: a tensor read from its copy has no path back, :class:`OpaqueReadError` names
+    the attribute and the call. (A reduction written in Python, ``__reduce_ex__``/``__getstate__``, is traced.)"""
     def scaled(box, x):
         return copy.copy(box).weight * x
 
-    with pytest.raises(OpaqueReadError, match=r"reads 'weight' .* object\.__reduce_ex__\(\).*outside the jitted"):
-        thunder_ext.jit(scaled, executors=["torch"])(Box(torch.ones(3)), torch.ones(3))
+    with pytest.raises(OpaqueReadError, match=r"__reduce_ex__\(\).*outside the jitted"):
+        thunder_ext.jit(scaled, executors=["torch"])(SlottedBox(torch.ones(3)), torch.ones(3))
 
 
 class WithLoss(nn.Module):

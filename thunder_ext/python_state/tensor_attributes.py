@@ -57,7 +57,7 @@ import torch
 
 import thunder.torch as ltorch
 from thunder import clang
-from thunder.core.interpreter import (ProvenanceRecord, PseudoInst, WrappedValue, get_interpreterruntimectx,
+from thunder.core.interpreter import (ProvenanceRecord, PseudoInst, WrappedValue, do_raise, get_interpreterruntimectx,
                                       interpreter_needs_wrap, unwrap, wrap, wrap_const)
 from thunder.core.jit_ext import EXT_FLAG_IS_MODULE, get_jit_ctx
 from thunder.core.proxies import AnyProxy, Proxy, ProxyTag, TensorProxy, variableify
@@ -65,8 +65,8 @@ from thunder.core.proxies import AnyProxy, Proxy, ProxyTag, TensorProxy, variabl
 from ..host.names import CONSTRAINTS, PROXIED_VALUES
 from . import interpreter_state
 
-__all__ = ["RequiresGradChangeError", "OpaqueReadError", "grad", "generator_next", "data", "requires_grad_",
-           "detach_", "unpack_inputs", "lookasides", "methods"]
+__all__ = ["RequiresGradChangeError", "OpaqueReadError", "TensorDeepcopyError", "grad", "generator_next", "data",
+           "requires_grad_", "detach_", "unpack_inputs", "lookasides", "methods"]
 
 
 class RequiresGradChangeError(NotImplementedError):
@@ -165,15 +165,26 @@ def detach_(t: TensorProxy) -> TensorProxy:
 
 def _attribute_lookaside(behind: Callable[..., Any]) -> Callable[..., Any]:
     """``TensorProxy.__getattr__``'s lookaside (``behind``: the one already in the table) with ``data`` answered by
-    :func:`data`."""
+    :func:`data`, and ``__deepcopy__`` (what ``copy.deepcopy`` asks a tensor for) refused: :class:`TensorDeepcopyError`
+    (eager's copy keeps ``requires_grad`` and the ``.grad`` of a leaf and refuses a non-leaf; a proxy has neither)."""
     traced_data = interpreter_needs_wrap(data)
 
     def lookaside(self: Any, attr: Any) -> Any:
-        if unwrap(attr) == "data" and isinstance(unwrap(self), TensorProxy):
+        name, tensor = unwrap(attr), unwrap(self)
+        if name == "data" and isinstance(tensor, TensorProxy):
             return traced_data(self)
+        if name == "__deepcopy__" and isinstance(tensor, TensorProxy):
+            return do_raise(TensorDeepcopyError(
+                f"thunder_ext.jit: copy.deepcopy reaches the tensor {tensor.name} inside the jitted function, which "
+                "cannot copy it as eager does (its requires_grad, a leaf's .grad). Deep-copy outside the jitted "
+                "function and pass the copy in, or copy.copy the object and clone() its tensors."))
         return behind(self, attr)
 
     return lookaside
+
+
+class TensorDeepcopyError(NotImplementedError):
+    """``copy.deepcopy`` reaches a tensor of the trace inside a jitted function."""
 
 
 # --- the prologue's order -----------------------------------------------------------------------------------------
