@@ -222,7 +222,8 @@ INFER_TENSOR_PROPERTIES = Private("thunder.core.proxies", "_infer_tensor_propert
 INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE,
                          ("eager/batch_norm", "eager/optimizers", "eager/overloads", "eager/transformers_compat",
                           "python_state/custom_getattribute", "python_state/interpreter_state",
-                          "python_state/list_state", "python_state/mapping_views", "python_state/tensor_hooks"),
+                          "python_state/list_state", "python_state/mapping_views", "python_state/reductions",
+                          "python_state/tensor_hooks"),
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
 OBJECT_GETATTRIBUTE = Private("thunder.core.interpreter", "_object_getattribute_lookaside", Kind.MODULE,
                               ("python_state/custom_getattribute",),

@@ -28,9 +28,7 @@ from ..host.names import INTERPRET_CALL
 __all__ = ["lookasides"]
 
 _OBJECT_GETSTATE = getattr(object, "__getstate__", None)  # Python 3.11+
-# what CPython's reduction returns and asks (neither is in typeshed)
-_NEWOBJ: Callable[..., Any] = copyreg.__newobj__  # type: ignore[attr-defined]
-_SLOTNAMES: Callable[[type], list[str]] = copyreg._slotnames  # type: ignore[attr-defined]
+_NEWOBJ: Callable[..., Any] = copyreg.__newobj__  # type: ignore[attr-defined]  # what CPython's reduction returns
 
 
 def _plain(obj: Any) -> bool:
@@ -38,7 +36,16 @@ def _plain(obj: Any) -> bool:
     cls = type(obj)
     return (isinstance(getattr(obj, "__dict__", None), dict) and not isinstance(obj, type)
             and cls.__reduce_ex__ is object.__reduce_ex__ and cls.__reduce__ is object.__reduce__
-            and getattr(cls, "__getstate__", None) is _OBJECT_GETSTATE and not _SLOTNAMES(cls))
+            and getattr(cls, "__getstate__", None) is _OBJECT_GETSTATE and not _slot_names(cls))
+
+
+def _slot_names(cls: type) -> list[str]:
+    """The slots of ``cls`` and its bases that hold state (what ``copyreg`` collects for the reduction)."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        slots = vars(klass).get("__slots__", ())
+        names += [n for n in ([slots] if isinstance(slots, str) else slots) if n not in ("__dict__", "__weakref__")]
+    return names
 
 
 _OPAQUE = interpreter_needs_wrap(object.__reduce_ex__)
