@@ -298,6 +298,26 @@ def test_a_shallow_copy_of_an_object_holding_a_tensor_reads_and_keeps_it_as_eage
     assert thunder.cache_misses(jitted) == 1
 
 
+def scaled_copy_loss(box: Box, x: torch.Tensor) -> torch.Tensor:
+    return (copy.copy(box).weight * box.scale * x).sum()
+
+
+@pytest.mark.parametrize("config", PARAMS)
+def test_gradients_flow_through_a_shallow_copy_to_the_original_parameter(config):
+    """A weight that requires grad, read through ``copy.copy`` of its holder: the loss and the weight's gradient as
+    eager's, on the first call and a cache hit."""
+    jitted = thunder_ext.jit(scaled_copy_loss, **CONFIGS[config])
+    for i in range(CALLS):
+        weight = torch.randn(3, generator=torch.Generator().manual_seed(i)).requires_grad_()
+        eager_weight, x = weight.detach().clone().requires_grad_(), torch.arange(3.0) + i
+        got, expected = jitted(Box(weight), x), scaled_copy_loss(Box(eager_weight), x)
+        got.backward()
+        expected.backward()
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(weight.grad, eager_weight.grad)
+    assert thunder.cache_misses(jitted) == 1
+
+
 def test_a_deep_copy_reaching_a_tensor_is_refused_naming_it():
     """``copy.deepcopy`` of a tensor cannot be made as eager makes it inside the trace (its ``requires_grad``, a
     leaf's ``.grad``): a typed error that says what to do."""
