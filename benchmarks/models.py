@@ -49,7 +49,7 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.compilers import EXECUTORS, Compiler, TraceStats, alias_variants, compilers, trace_stats
-from thunder_ext.testing.models import MODELS, SIZES, CheckResult, Model, Size, verify
+from thunder_ext.testing.models import MODELS, SIZES, CheckResult, Model, Size, exact_float32, verify
 
 __all__ = ["Row", "all_compilers", "main", "measure"]
 
@@ -72,22 +72,24 @@ class Row:
 def measure(model: Model, compiler: Compiler, size: Size, device: torch.device, runs: int, seed: int = 0,
             max_seconds: float = 10.0) -> Row:
     """Compile ``model`` with ``compiler``, time the first call, check two calls against eager, then measure the
-    median per-call time, one call's memory and (for Thunder) the final trace."""
+    median per-call time, one call's memory and (for Thunder) the final trace; in full float32 (TF32 off), the
+    eager calls too."""
     if compiler.compile is None:
         return Row(compiler.name, error=compiler.reason)
     eager, inst = model.build(size, device, seed), model.build(size, device, seed)
-    try:
-        compiled = compiler.compile(inst.fn)
-        with Progress(f"{model.name}: {compiler.name} first call"):
-            first_output, first_s = time_call(compiled, inst.args, device)
-        check = verify(model, eager, inst, [first_output, compiled(*inst.args)])
-        timing = median_time(compiled, inst.args, device, runs=runs, warmup=1, max_seconds=max_seconds)
-        memory = measure_memory(compiled, inst.args, device)
-        stats = trace_stats(compiled) if compiler.thunder else None
-    except Exception as exc:  # noqa: BLE001 - a failing compiler is a result to report, not a reason to stop
-        traceback.print_exc(limit=-3, file=sys.stderr)
-        return Row(compiler.name, error=describe_error(exc))
-    return Row(compiler.name, check, first_s, timing, memory, stats)
+    with exact_float32():
+        try:
+            compiled = compiler.compile(inst.fn)
+            with Progress(f"{model.name}: {compiler.name} first call"):
+                first_output, first_s = time_call(compiled, inst.args, device)
+            check = verify(model, eager, inst, [first_output, compiled(*inst.args)])
+            timing = median_time(compiled, inst.args, device, runs=runs, warmup=1, max_seconds=max_seconds)
+            memory = measure_memory(compiled, inst.args, device)
+            stats = trace_stats(compiled) if compiler.thunder else None
+        except Exception as exc:  # noqa: BLE001 - a failing compiler is a result to report, not a reason to stop
+            traceback.print_exc(limit=-3, file=sys.stderr)
+            return Row(compiler.name, error=describe_error(exc))
+        return Row(compiler.name, check, first_s, timing, memory, stats)
 
 
 def all_compilers(device: torch.device, executor: str) -> dict[str, Compiler]:

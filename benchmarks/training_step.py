@@ -1,6 +1,6 @@
 """Per-step time of a whole training step of a small GPT, eager beside the compilers, in one run.
 
-    python benchmarks/training_step.py [--runs 20] [--warmup 3] [--max-seconds 10] [--threads 1]
+    python benchmarks/training_step.py [--runs 20] [--warmup 3] [--max-seconds 10] [--threads 1] [--device cuda]
 
 The step a user writes: a litgpt ``GPT`` (2 layers, ``n_embd`` 64, vocab 256, block 32), ``AdamW`` with weight decay
 and a tensor lr (so a changing lr is an input, not a recompilation — what torch.compile recommends), a cosine
@@ -14,7 +14,8 @@ reset first), stock ``thunder.jit``, ``thunder_ext.jit`` (default executors) and
 ``executors=["torchcompile"]``. Reported: the first step (tracing and compiling ``fwd`` and the first ``update``)
 and the second (``update`` compiles again once the optimizer state exists), the median step after ``--warmup``
 steps, the ratios to eager and to torch.compile of the same run, and whether the first five losses match eager's.
-A compiler that fails records its error. Writes ``benchmarks/results/training_step.{json,md}``.
+A compiler that fails records its error. Writes ``benchmarks/results/training_step.{json,md}`` (on a CUDA device:
+``training_step_cuda.{json,md}``).
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from common import (describe_error, environment, fmt_seconds, markdown_table, me
                     write_results)
 
 VOCAB = 256
+Jit = Callable[[Callable[..., Any]], Callable[..., Any]]
 CHECKED_STEPS = 5
 
-COMPILERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+COMPILERS: dict[str, Jit] = {
     "eager": lambda f: f,
     "torch.compile": torch.compile,
     "thunder.jit": thunder.jit,
@@ -48,20 +50,21 @@ COMPILERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
 }
 
 
-def batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(i: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(i)
-    return torch.randint(0, VOCAB, (8, 32), generator=g), torch.randint(0, VOCAB, (8, 32), generator=g)
+    idx, targets = torch.randint(0, VOCAB, (8, 32), generator=g), torch.randint(0, VOCAB, (8, 32), generator=g)
+    return idx.to(device), targets.to(device)
 
 
-def training_step(jit: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[[int], torch.Tensor]:
-    """A fresh model, optimizer and schedule (same seed), the model and the update compiled by ``jit``: the step
-    on batch ``i``."""
+def training_step(jit: Jit, device: str) -> Callable[[int], torch.Tensor]:
+    """A fresh model, optimizer and schedule (same seed) on ``device``, the model and the update compiled by
+    ``jit``: the step on batch ``i``."""
     import litgpt
 
     torch.manual_seed(0)
     config = litgpt.Config(n_layer=2, n_embd=64, n_head=4, block_size=32, vocab_size=VOCAB,
                            padded_vocab_size=VOCAB, bias=True)
-    model = litgpt.GPT(config)
+    model = litgpt.GPT(config).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-3), weight_decay=0.1)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=1000)
 
@@ -73,7 +76,7 @@ def training_step(jit: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Ca
     fwd, jupdate = jit(model), jit(update)
 
     def step(i: int) -> torch.Tensor:
-        idx, targets = batch(i)
+        idx, targets = batch(i, device)
         loss = nn.functional.cross_entropy(fwd(idx).reshape(-1, VOCAB), targets.reshape(-1))
         loss.backward()
         jupdate()
@@ -85,12 +88,12 @@ def training_step(jit: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Ca
 
 def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     torch._dynamo.reset()
-    step = training_step(COMPILERS[name])
+    step = training_step(COMPILERS[name], args.device)
     try:
-        first, first_s = time_call(step, (0,), "cpu")
-        second, second_s = time_call(step, (1,), "cpu")
+        first, first_s = time_call(step, (0,), args.device)
+        second, second_s = time_call(step, (1,), args.device)
         losses = [first, second] + [step(i) for i in range(2, CHECKED_STEPS)]
-        timing = median_time(step, (CHECKED_STEPS,), "cpu", runs=args.runs, warmup=args.warmup,
+        timing = median_time(step, (CHECKED_STEPS,), args.device, runs=args.runs, warmup=args.warmup,
                              max_seconds=args.max_seconds)
     except Exception as error:  # noqa: BLE001 - a failing compiler is a result of the benchmark
         return {"compiler": name, "error": describe_error(error)}
@@ -101,6 +104,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
 def report(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
     eager = next(r for r in rows if r["compiler"] == "eager")
     compiled = next((r for r in rows if r["compiler"] == "torch.compile" and "timing" in r), None)
+    where = "" if env["device"] == "cpu" else f" --device {env['device']}"
     table = []
     for r in rows:
         if "error" in r:
@@ -116,7 +120,8 @@ def report(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
     headers = ["compiler", "first step", "second step", "median step (IQR)", "vs eager", "vs torch.compile",
                f"{CHECKED_STEPS} losses = eager"]
     return (f"# Whole training step: small litgpt GPT, AdamW + clipping + cosine schedule\n\n"
-            f"`python benchmarks/training_step.py` — CPU, {env['torch_threads']} torch thread(s), torch "
+            f"`python benchmarks/training_step.py{where}` — {env.get('gpu', 'CPU')}, {env['torch_threads']} torch "
+            f"thread(s), torch "
             f"{env['torch']}, lightning-thunder {env['lightning-thunder']}; machine load average at start "
             f"{env['load_average']} on {env['cpu_count']} cores (shared). Per step: jitted forward, "
             f"`loss.backward()`, jitted `clip_grad_norm_ + opt.step() + opt.zero_grad()`, `sched.step()`; "
@@ -129,18 +134,20 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--max-seconds", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--only", nargs="*", choices=list(COMPILERS), default=list(COMPILERS))
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(args.threads)
-    env = {**environment("cpu"), "load_average": [round(x, 1) for x in os.getloadavg()]}
+    env = {**environment(args.device), "load_average": [round(x, 1) for x in os.getloadavg()]}
     rows = []
     for name in dict.fromkeys(["eager", *args.only]):
         print(f"  {name} ...", file=sys.stderr, flush=True)
         rows.append(measure(name, args))
         print(f"    {rows[-1].get('error') or fmt_seconds(rows[-1]['timing'].median_s)}", file=sys.stderr, flush=True)
     markdown = report(rows, env)
-    write_results("training_step", {"environment": env, "args": vars(args), "rows": rows}, markdown)
+    name = "training_step" if args.device == "cpu" else f"training_step_{args.device}"
+    write_results(name, {"environment": env, "args": vars(args), "rows": rows}, markdown)
     print(markdown)
 
 

@@ -12,7 +12,7 @@ pytest.importorskip("thunder")  # the models are in thunder_ext.testing
 
 import torch  # noqa: E402
 
-from thunder_ext.testing.models import MODELS, SIZES, check  # noqa: E402
+from thunder_ext.testing.models import MODELS, SIZES, check, compare, exact_float32  # noqa: E402
 
 EXPECTED_MUTATIONS = {"cnn_bn": 6, "kv_decoder": 2, "adam": 9, "residual_mlp": 0}
 
@@ -53,6 +53,28 @@ def test_builders_are_deterministic() -> None:
         a, b = model.build(SIZES["tiny"], torch.device("cpu"), 3), model.build(SIZES["tiny"], torch.device("cpu"), 3)
         sa, sb = a.state(), b.state()
         assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_compare_scales_atol_with_the_tensor_and_still_catches_errors() -> None:
+    """Reordered float32 sums in a deep model's large outputs pass; the same absolute error at scale 1 does not,
+    and neither does a relative error far above rtol at any scale."""
+    large = torch.tensor([700.0, 1e-3])
+    assert compare(large, large + torch.tensor([0.0, 5e-4]), rtol=1e-4, atol=1e-5) == (1, [])
+    small = torch.tensor([1.0, 1e-3])
+    assert compare(small, small + torch.tensor([0.0, 5e-4]), rtol=1e-4, atol=1e-5)[1]
+    assert compare(large, large * 1.01, rtol=1e-4, atol=1e-5)[1]
+
+
+def test_exact_float32_turns_tf32_off_inside_and_restores_the_settings() -> None:
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        with pytest.raises(RuntimeError), exact_float32():
+            assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+            raise RuntimeError("restored on errors too")
+        assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def _thunder_ext_jit(device: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
