@@ -53,6 +53,7 @@ from thunder.core.pytree import tree_flatten
 from thunder.core.trace import get_tracectx
 from thunder.executors.torch_autograd import connect_to_autograd
 
+from . import module_fetch
 from .names import CACHE_INFO_CTX, CHECK_IMPLS, COMPILE_DATA_CTX
 from .reliances import EPILOGUE_DECORATORS, PROLOGUE_CHECK_GLOBALS, PROLOGUE_TIMER_CLOSURE
 
@@ -186,16 +187,17 @@ closures or ``str(device)`` per tensor (``tests/thunder_ext/test_call_path.py`` 
 
 
 def guard(entry: Any) -> Callable[..., Any]:
-    """The prologue of a cache entry as the hit path runs it: Thunder's generated function (the same code object,
-    taken from inside the timer ``thunder.jit`` wraps it in: :data:`~thunder_ext.host.reliances.PROLOGUE_TIMER_CLOSURE`)
-    with its check implementations swapped for :data:`_FAST_CHECKS` in a copy of its globals
+    """The prologue of a cache entry as the hit path runs it: Thunder's generated function (taken from inside the
+    timer ``thunder.jit`` wraps it in: :data:`~thunder_ext.host.reliances.PROLOGUE_TIMER_CLOSURE`), regenerated with
+    its module member fetches by dict lookups where it has any (:func:`module_fetch.fast_prologue`), with its check
+    implementations swapped for :data:`_FAST_CHECKS` in a copy of its globals
     (:data:`~thunder_ext.host.reliances.PROLOGUE_CHECK_GLOBALS`); ``entry.prologue_fn`` itself when the function
     cannot be found there."""
     timed = entry.prologue_fn
     inner = [v for v in PROLOGUE_TIMER_CLOSURE.closure(timed) if isinstance(v, types.FunctionType)]
     if len(inner) != 1 or inner[0].__closure__ is not None:
         return timed
-    pro = inner[0]
+    pro = module_fetch.fast_prologue(entry.prologue_traces[-1], inner[0]) or inner[0]
     values = {name: pro.__globals__.get(name) for name in PROLOGUE_CHECK_GLOBALS.detail}
     swaps = {name: _FAST_CHECKS[value] for name, value in values.items() if callable(value) and value in _FAST_CHECKS}
     return PROLOGUE_CHECK_GLOBALS.with_globals(pro, swaps) if swaps else pro

@@ -143,8 +143,9 @@ CUDAGRAPH_MERGE_CLOSURE = Touch(
 PROLOGUE_TIMER_CLOSURE = Touch(
     Reliance.CLOSURE, "thunder.jit.<locals>.prologue_execution_timer.<locals>.wrapped", ("fn", "weakref_cs"),
     ("host/cache_hit.guard",),
-    "a cache entry's prologue_fn is the timer around the generated prologue (its only function cell): the hit "
-    "path runs the generated prologue itself")
+    "a cache entry's prologue_fn is the timer around the generated prologue (its only function cell), Thunder's "
+    "python_callable(include_decorators=False) of prologue_traces[-1]: the hit path runs the generated prologue "
+    "itself, or a copy regenerated from that trace with fast member fetches when the trace still prints to its code")
 PROLOGUE_CHECK_GLOBALS = Touch(
     Reliance.GLOBALS, "thunder.executors.pythonex (the generated prologue's globals)",
     ("check_tensor_metadata", "check_len", "check_literal_like", "check_number_type_and_value",

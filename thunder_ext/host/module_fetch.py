@@ -1,0 +1,164 @@
+"""A cache hit's module members fetched as ``nn.Module`` decides, without walking ``__getattr__``.
+
+Thunder's prologue fetches every parameter, buffer and submodule it reads by its dotted path:
+``module.get_parameter("transformer.h.0.attn.qkv.weight")`` (``prims.unpack_parameter``'s printer). On a
+``ThunderModule`` (the module ``thunder.jit`` was given) that is one dict lookup; on any other module — the model a
+jitted *optimizer step* reaches through its closure, a module among the arguments — it is ``nn.Module``'s own walk:
+``get_submodule`` calls ``hasattr`` and then ``getattr`` at every level, each failing the normal attribute lookup
+before ``nn.Module.__getattr__`` finds the name in ``_modules`` (~10 µs a parameter; a litgpt update step's prologue
+spent a third of its time there).
+
+:func:`fetch_parameter`, :func:`fetch_buffer` and :func:`fetch_submodule` return what ``get_parameter``,
+``get_buffer`` and ``get_submodule`` return, looking the names up in the dicts ``nn.Module.__getattr__`` reads
+(``_parameters``, then ``_buffers``, then ``_modules``) only where Python's attribute lookup provably reaches that
+method: the class keeps ``object.__getattribute__`` and ``nn.Module.__getattr__``, no class in its MRO defines the
+name, and the instance's ``__dict__`` lacks it (:func:`_member`; checked on every call, so a class or instance changed
+later is seen). Anything else — a subclass overriding ``get_parameter`` (``ThunderModule``), a property or instance
+attribute shadowing a member, a missing or mistyped member — goes to the module's own method, which returns the same
+value or raises its own error.
+
+:func:`fast_prologue` gives the cache-hit path (:func:`thunder_ext.host.cache_hit.guard`) the same prologue with its
+member fetches made these: Thunder's prologue function is ``prologue_traces[-1].python_callable(include_decorators=
+False)`` (the function inside the timer, as ``guard`` finds it); the trace is regenerated only if it still prints to
+the code Thunder runs, and the copy differs from it only in the fetches. Thunder's own path (first calls,
+misses) and every pass keep Thunder's ``unpack_*`` symbols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from thunder.core.prims import PrimIDs
+from thunder.core.trace import from_trace
+from thunder.executors.pythonex import ex as pythonex
+
+__all__ = ["fetch_parameter", "fetch_buffer", "fetch_submodule", "fast_prologue", "FETCHES"]
+
+_UNKNOWN = object()
+_OBJECT_GETATTRIBUTE = object.__getattribute__
+_MODULE_GETATTR = nn.Module.__getattr__
+_MEMBER_TABLES = ("_parameters", "_buffers", "_modules")
+
+
+def _class_dicts(cls: type) -> tuple[Any, ...]:
+    """The ``__dict__`` of every class in ``cls``'s MRO: mapping proxies, live views of the class dicts (kept per
+    class and MRO, so a class attribute added later is seen)."""
+    mro = cls.__mro__
+    known = _CLASS_DICTS.get(cls)
+    if known is None or known[0] is not mro:
+        known = _CLASS_DICTS[cls] = (mro, tuple(k.__dict__ for k in mro))
+    return known[1]
+
+
+_CLASS_DICTS: dict[type, tuple[tuple[type, ...], tuple[Any, ...]]] = {}
+
+
+def _member(module: Any, name: str) -> Any:
+    """``getattr(module, name)`` where it provably ends in ``nn.Module.__getattr__`` finding ``name`` in one of
+    ``module``'s member dicts (the first of ``_parameters``, ``_buffers``, ``_modules``, its order); ``_UNKNOWN``
+    otherwise."""
+    cls = type(module)
+    if cls.__getattribute__ is not _OBJECT_GETATTRIBUTE or cls.__getattr__ is not _MODULE_GETATTR:
+        return _UNKNOWN
+    for defined in _class_dicts(cls):
+        if name in defined:
+            return _UNKNOWN
+    own = module.__dict__
+    if name in own:
+        return _UNKNOWN
+    for table in _MEMBER_TABLES:
+        members = own.get(table)
+        if members is not None and name in members:
+            return members[name]
+    return _UNKNOWN
+
+
+def _submodule(module: Any, names: list[str]) -> Any:
+    """``module.get_submodule(".".join(names))`` by :func:`_member`, or ``_UNKNOWN``."""
+    for name in names:
+        module = _member(module, name)
+        if not isinstance(module, nn.Module):
+            return _UNKNOWN
+    return module
+
+
+def _own_method(module: Any, name: str) -> bool:
+    """Whether ``module``'s ``name`` (``get_parameter``...) and the ``get_submodule`` it calls are ``nn.Module``'s."""
+    cls = type(module)
+    return getattr(cls, name, None) is getattr(nn.Module, name) and cls.get_submodule is nn.Module.get_submodule
+
+
+def fetch_parameter(module: Any, path: str, /) -> Any:
+    """``module.get_parameter(path)`` (``prims.unpack_parameter``), found by dict lookups where that is provably
+    the same."""
+    if isinstance(module, nn.Module) and _own_method(module, "get_parameter"):
+        *names, last = path.split(".")
+        owner = _submodule(module, names)
+        found = _UNKNOWN if owner is _UNKNOWN else _member(owner, last)
+        if isinstance(found, nn.Parameter):
+            return found
+    return module.get_parameter(path)
+
+
+def fetch_buffer(module: Any, path: str, /) -> Any:
+    """``module.get_buffer(path)`` (``prims.unpack_buffer``), found by dict lookups where that is provably the
+    same."""
+    if isinstance(module, nn.Module) and _own_method(module, "get_buffer"):
+        *names, last = path.split(".")
+        owner = _submodule(module, names)
+        found = _UNKNOWN if owner is _UNKNOWN else _member(owner, last)
+        if found is not _UNKNOWN and last in owner.__dict__["_buffers"]:
+            return found
+    return module.get_buffer(path)
+
+
+def fetch_submodule(module: Any, path: str, /) -> Any:
+    """``module.get_submodule(path)`` (``prims.unpack_submodule``), found by dict lookups where that is provably
+    the same."""
+    if isinstance(module, nn.Module) and path and _own_method(module, "get_submodule"):
+        found = _submodule(module, path.split("."))
+        if found is not _UNKNOWN:
+            return found
+    return module.get_submodule(path)
+
+
+def _never_traced(*args: Any) -> Any:
+    raise NotImplementedError("bound only in a cache hit's copy of a prologue, never traced")
+
+
+FETCHES: dict[Any, Any] = {
+    PrimIDs.UNPACK_PARAMETER: pythonex.register_operator("thunder_effects_fetch_parameter", meta=_never_traced,
+                                                         fn=fetch_parameter),
+    PrimIDs.UNPACK_BUFFER: pythonex.register_operator("thunder_effects_fetch_buffer", meta=_never_traced,
+                                                      fn=fetch_buffer),
+    PrimIDs.UNPACK_SUBMODULE: pythonex.register_operator("thunder_effects_fetch_submodule", meta=_never_traced,
+                                                         fn=fetch_submodule),
+}
+"""Thunder's member-unpacking prims -> the operator a cache hit's prologue calls instead."""
+
+
+def fast_prologue(trace: Any, generated: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``generated`` (the prologue function Thunder made of ``trace``) with its member fetches made
+    :data:`FETCHES`, or ``None``: when it fetches no member, or when ``trace`` no longer prints to ``generated``'s
+    code (then Thunder made it otherwise, and its own function is used)."""
+    if not any(b.sym.id in FETCHES for b in trace.bound_symbols):
+        return None
+    if not _same_code(trace.python_callable(include_decorators=False).__code__, generated.__code__):
+        return None
+    fast = from_trace(trace)
+    fast.bound_symbols = [FETCHES[b.sym.id].bind(*b.args, output=b.output) if b.sym.id in FETCHES else b
+                          for b in trace.bound_symbols]
+    return fast.python_callable(include_decorators=False)
+
+
+def _same_code(a: Any, b: Any) -> bool:
+    """Whether two generated functions' code objects do the same: bytecode, names and constants (the file name
+    carries Thunder's trace counter)."""
+    try:
+        return (a.co_code, a.co_names, a.co_varnames, a.co_consts) == (b.co_code, b.co_names, b.co_varnames,
+                                                                        b.co_consts)
+    except Exception:  # noqa: BLE001 - a constant that refuses comparison: not provably the same
+        return False
