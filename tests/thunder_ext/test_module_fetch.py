@@ -114,8 +114,8 @@ class CustomGetattribute(nn.Module):
 @pytest.mark.parametrize("make", [Shadowing, CustomGetattr, CustomGetattribute])
 def test_fetches_match_nn_module_where_attribute_lookup_is_not_the_default(make: Callable[[], nn.Module]) -> None:
     holder = nn.Sequential(make())
-    paths = ["0.inner.weight", "0.inner", "0.other.weight", "0.shadow.weight", "0.shadow", "0.twice.weight", "0.twice", "0.lin.weight", "0.lin",
-             "0.alias.weight", "0.alias"]
+    paths = ["0.inner.weight", "0.inner", "0.other.weight", "0.shadow.weight", "0.shadow", "0.twice.weight",
+             "0.twice", "0.lin.weight", "0.lin", "0.alias.weight", "0.alias"]
     for path in paths:
         if make is CustomGetattribute and path.startswith("0.lin"):  # a new module per read: not comparable by id
             continue
