@@ -32,7 +32,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -48,6 +48,7 @@ __all__ = [
     "Timing",
     "environment",
     "fmt_bytes",
+    "interleaved_times",
     "fmt_seconds",
     "jsonable",
     "markdown_table",
@@ -112,8 +113,34 @@ def median_time(
         samples.append(time_call(fn, args, device)[1])
         if max_seconds is not None and len(samples) >= 3 and time.perf_counter() - budget_start > max_seconds:
             break
+    return _timing(samples, warmup)
+
+
+def _timing(samples: Sequence[float], warmup: int) -> Timing:
     q1, _, q3 = statistics.quantiles(samples, n=4) if len(samples) > 1 else (samples[0],) * 3
     return Timing(statistics.median(samples), min(samples), max(samples), len(samples), warmup, q1, q3)
+
+
+def interleaved_times(
+    fns: Mapping[str, Callable[..., Any]],
+    args: Sequence[Any],
+    device: torch.device | str,
+    *,
+    rounds: int = 5,
+    runs: int = 10,
+    warmup: int = 3,
+) -> dict[str, Timing]:
+    """Per-call times of several functions measured in turns: ``rounds`` rounds, each timing ``runs`` calls of every
+    function in order, so that a machine that slows down or speeds up (other tenants) weighs on all of them alike
+    and their ratios hold; the median of each function's ``rounds * runs`` calls."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn(*args)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name] += [time_call(fn, args, device)[1] for _ in range(runs)]
+    return {name: _timing(found, warmup) for name, found in samples.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,7 +94,7 @@ fi
 
 # --- the whole training step on CUDA ---------------------------------------------------------------------------
 if step training; then
-    timeout 240 "$PY" benchmarks/training_step.py --device cuda --threads 16 --max-seconds 3 || status=$?
+    timeout 240 "$PY" benchmarks/training_step.py --device cuda --threads 16 --rounds 3 || status=$?
 fi
 
 if [[ -n "${OUT:-}" ]]; then

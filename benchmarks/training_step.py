@@ -1,6 +1,6 @@
 """Per-step time of a whole training step of a small GPT, eager beside the compilers, in one run.
 
-    python benchmarks/training_step.py [--runs 20] [--warmup 3] [--max-seconds 10] [--threads 1] [--device cuda]
+    python benchmarks/training_step.py [--rounds 5] [--runs 10] [--warmup 3] [--threads 1] [--device cuda]
 
 The step a user writes: a litgpt ``GPT`` (2 layers, ``n_embd`` 64, vocab 256, block 32), ``AdamW`` with weight decay
 and a tensor lr (so a changing lr is an input, not a recompilation — what torch.compile recommends), a cosine
@@ -12,8 +12,10 @@ with ``update`` = ``clip_grad_norm_(params, 1.0); opt.step(); opt.zero_grad()``.
 (the model) and ``update`` separately, as a user would: eager (nothing compiled), ``torch.compile`` (Dynamo's caches
 reset first), stock ``thunder.jit``, ``thunder_ext.jit`` (default executors) and ``thunder_ext.jit`` with
 ``executors=["torchcompile"]``. Reported: the first step (tracing and compiling ``fwd`` and the first ``update``)
-and the second (``update`` compiles again once the optimizer state exists), the median step after ``--warmup``
-steps, the ratios to eager and to torch.compile of the same run, and whether the first five losses match eager's.
+and the second (``update`` compiles again once the optimizer state exists), whether the first five losses match
+eager's, and — once every compiler has compiled — the median step after ``--warmup`` steps, timed in turns
+(``--rounds`` rounds of ``--runs`` steps of each compiler, so that a shared machine's drift weighs on all alike) and
+its ratios to eager and to torch.compile.
 A compiler that fails records its error. Writes ``benchmarks/results/training_step.{json,md}`` (on a CUDA device:
 ``training_step_cuda.{json,md}``).
 """
@@ -34,8 +36,8 @@ import thunder_ext  # the import shim; before thunder
 import thunder
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-from common import (describe_error, environment, fmt_seconds, markdown_table, median_time, time_call,  # noqa: E402
-                    write_results)
+from common import (describe_error, environment, fmt_seconds, interleaved_times, markdown_table,  # noqa: E402
+                    time_call, write_results)
 
 VOCAB = 256
 Jit = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -86,19 +88,20 @@ def training_step(jit: Jit, device: str) -> Callable[[int], torch.Tensor]:
     return step
 
 
-def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    torch._dynamo.reset()
+def compile_and_check(name: str, args: argparse.Namespace) -> tuple[dict[str, Any], Callable[[int], Any] | None]:
+    """The first step (tracing and compiling), the second, and the first losses of compiler ``name``; with the
+    step, to time later (``None`` when the compiler failed: its row records the error)."""
+    if name == "torch.compile":  # a cold start for its first-step time; built before the Thunder rows, whose
+        torch._dynamo.reset()    # torch.compile regions live in the same caches
     step = training_step(COMPILERS[name], args.device)
     try:
         first, first_s = time_call(step, (0,), args.device)
         second, second_s = time_call(step, (1,), args.device)
         losses = [first, second] + [step(i) for i in range(2, CHECKED_STEPS)]
-        timing = median_time(step, (CHECKED_STEPS,), args.device, runs=args.runs, warmup=args.warmup,
-                             max_seconds=args.max_seconds)
     except Exception as error:  # noqa: BLE001 - a failing compiler is a result of the benchmark
-        return {"compiler": name, "error": describe_error(error)}
-    return {"compiler": name, "first_step_s": first_s, "second_step_s": second_s, "timing": timing,
-            "losses": [float(loss) for loss in losses]}
+        return {"compiler": name, "error": describe_error(error)}, None
+    return {"compiler": name, "first_step_s": first_s, "second_step_s": second_s,
+            "losses": [float(loss) for loss in losses]}, step
 
 
 def report(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
@@ -130,9 +133,9 @@ def report(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of timing, every compiler in turn")
+    parser.add_argument("--runs", type=int, default=10, help="steps timed per compiler and round")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--max-seconds", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--only", nargs="*", choices=list(COMPILERS), default=list(COMPILERS))
@@ -140,11 +143,19 @@ def main() -> None:
     warnings.simplefilter("ignore")
     torch.set_num_threads(args.threads)
     env = {**environment(args.device), "load_average": [round(x, 1) for x in os.getloadavg()]}
-    rows = []
+    rows, steps = [], {}
     for name in dict.fromkeys(["eager", *args.only]):
         print(f"  {name} ...", file=sys.stderr, flush=True)
-        rows.append(measure(name, args))
-        print(f"    {rows[-1].get('error') or fmt_seconds(rows[-1]['timing'].median_s)}", file=sys.stderr, flush=True)
+        row, step = compile_and_check(name, args)
+        rows.append(row)
+        if step is not None:
+            steps[name] = step
+        print(f"    {row.get('error') or 'compiled'}", file=sys.stderr, flush=True)
+    timings = interleaved_times(steps, (CHECKED_STEPS,), args.device, rounds=args.rounds, runs=args.runs,
+                                warmup=args.warmup)
+    for row in rows:
+        if row["compiler"] in timings:
+            row["timing"] = timings[row["compiler"]]
     markdown = report(rows, env)
     name = "training_step" if args.device == "cpu" else f"training_step_{args.device}"
     write_results(name, {"environment": env, "args": vars(args), "rows": rows}, markdown)

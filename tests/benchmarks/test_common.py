@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.common import Progress, fmt_bytes, fmt_seconds, measure_memory, median_time, write_results
+from benchmarks.common import (Progress, fmt_bytes, fmt_seconds, interleaved_times, measure_memory, median_time,
+                               write_results)
 
 MIB = 1 << 20
 
@@ -33,6 +34,14 @@ def test_memory_counts_allocations_and_peak(device: str) -> None:
 def test_median_time_respects_the_run_count() -> None:
     t = median_time(lambda: None, (), "cpu", runs=5, warmup=1)
     assert t.runs == 5 and t.min_s <= t.median_s <= t.max_s
+
+
+def test_interleaved_times_take_turns_and_count_every_call() -> None:
+    order: list[str] = []
+    fns = {name: (lambda name=name: order.append(name)) for name in ("a", "b")}
+    times = interleaved_times(fns, (), "cpu", rounds=3, runs=2, warmup=1)
+    assert order == ["a", "b"] + ["a", "a", "b", "b"] * 3
+    assert all(t.runs == 6 and t.warmup == 1 and t.min_s <= t.median_s <= t.max_s for t in times.values())
 
 
 def test_formatting() -> None:
