@@ -128,7 +128,8 @@ def report(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
             f"{env['torch']}, lightning-thunder {env['lightning-thunder']}; machine load average at start "
             f"{env['load_average']} on {env['cpu_count']} cores (shared). Per step: jitted forward, "
             f"`loss.backward()`, jitted `clip_grad_norm_ + opt.step() + opt.zero_grad()`, `sched.step()`; "
-            f"batch 8×32, tensor lr.\n\n" + markdown_table(headers, table) + "\n")
+            f"batch 8×32, tensor lr. Median step: every compiler compiled first, then all timed in turns "
+            f"({eager['timing'].runs} steps each, in rounds).\n\n" + markdown_table(headers, table) + "\n")
 
 
 def main() -> None:
