@@ -91,13 +91,19 @@ def _own_method(module: Any, name: str) -> bool:
     return getattr(cls, name, None) is getattr(nn.Module, name) and cls.get_submodule is nn.Module.get_submodule
 
 
+def _leaf(module: Any, path: str) -> tuple[Any, str, Any]:
+    """For ``path`` = ``"a.b.name"``: the submodule ``a.b`` and ``name``'s value there by :func:`_member` (``_UNKNOWN``
+    for either where the dict lookups do not provably decide), with ``name``."""
+    *names, last = path.split(".")
+    owner = _submodule(module, names)
+    return owner, last, _UNKNOWN if owner is _UNKNOWN else _member(owner, last)
+
+
 def fetch_parameter(module: Any, path: str, /) -> Any:
     """``module.get_parameter(path)`` (``prims.unpack_parameter``), found by dict lookups where that is provably
     the same."""
     if isinstance(module, nn.Module) and _own_method(module, "get_parameter"):
-        *names, last = path.split(".")
-        owner = _submodule(module, names)
-        found = _UNKNOWN if owner is _UNKNOWN else _member(owner, last)
+        _, _, found = _leaf(module, path)
         if isinstance(found, nn.Parameter):
             return found
     return module.get_parameter(path)
@@ -107,10 +113,8 @@ def fetch_buffer(module: Any, path: str, /) -> Any:
     """``module.get_buffer(path)`` (``prims.unpack_buffer``), found by dict lookups where that is provably the
     same."""
     if isinstance(module, nn.Module) and _own_method(module, "get_buffer"):
-        *names, last = path.split(".")
-        owner = _submodule(module, names)
-        found = _UNKNOWN if owner is _UNKNOWN else _member(owner, last)
-        if found is not _UNKNOWN and last in owner.__dict__["_buffers"]:
+        owner, name, found = _leaf(module, path)
+        if found is not _UNKNOWN and name in owner.__dict__["_buffers"]:
             return found
     return module.get_buffer(path)
 
