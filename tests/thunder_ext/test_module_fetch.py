@@ -141,12 +141,28 @@ def test_a_class_attribute_added_later_is_seen() -> None:
     assert fetch_parameter(model, "0.sub.weight") is replacement.weight
 
 
-def test_overridden_methods_are_called(monkeypatch: pytest.MonkeyPatch) -> None:
-    class Overriding(nn.Module):
-        def get_parameter(self, target: str) -> Any:
-            return "own"
+def test_overridden_methods_are_called() -> None:
+    """Even for members the dict lookups would find: the class's own method decides."""
 
-    assert fetch_parameter(Overriding(), "anything") == "own"
+    class Overriding(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.register_buffer("buf", torch.zeros(1))
+
+        def get_parameter(self, target: str) -> Any:
+            return "own parameter"
+
+        def get_buffer(self, target: str) -> Any:
+            return "own buffer"
+
+        def get_submodule(self, target: str) -> Any:
+            return "own submodule"
+
+    module = Overriding()
+    assert fetch_parameter(module, "lin.weight") == "own parameter"
+    assert fetch_buffer(module, "buf") == "own buffer"
+    assert fetch_submodule(module, "lin") == "own submodule"
 
 
 def _closing_over(model: nn.Module) -> Any:
