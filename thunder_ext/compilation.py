@@ -38,7 +38,8 @@ step  Thunder's point                             what thunder-effects does ther
 7     ``sort_waits``                              Thunder's wait schedule where the effect graph allows
 8     ``transform_for_execution``: fusion         partition (``fuse_bound_symbols``), ``can_fuse``, ``Region``,
                                                   ``fuse``, remat (``rematerialize``, ``find_cut``), the fusion
-                                                  call-context cache
+                                                  call-context cache; torch.compile regions called without Dynamo
+                                                  (``direct_regions``)
 9     ``split_into_forward_and_backward``         side effects of the forward stay in the forward
 10    post-optimization transforms                CUDA graphs (the runner stand-ins), then :func:`transforms`:
                                                   ``Reinplace``, ``EffectVerification``, ``CollectiveCertificate``
@@ -167,7 +168,8 @@ MODULE_ATTRIBUTES: dict[str, tuple[Any, Any, Any]] = {
     "dis": (interpreter, dis, fast.DIS_FOR_INTERPRETER),
     # 2: ``math`` as Thunder's ``clang`` metas read it: an integer proxy is finite without a conversion
     "math": (clang, math, dynamic_shapes.MATH_FOR_METAS),
-    # 8: torch.compile as the torch.compile executor calls it: with the options of the region being fused
+    # 8: torch.compile as the torch.compile executor calls it: with the options of the region being fused, the
+    # region called without Dynamo while its calls match the first (``passes.direct_regions``)
     "torch": (torch_compile, torch, fusion.TORCH_FOR_FUSION),
 }
 """A module attribute of a Thunder module (by name) -> (the module, the original, its replacement): objects, not

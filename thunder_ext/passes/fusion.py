@@ -11,6 +11,9 @@ and ``TorchCompileExecutor.fuse``.
   (:func:`thunder_ext.host.fast_fusion.can_fuse_replacement`, which asks :func:`_can_fuse` about the refused symbols).
 * :func:`fuse` compiles a region whose members draw random numbers with Inductor's ``fallback_random``, so that
   it draws eager's numbers (:func:`draws_random_numbers`).
+* ``torch.compile``, as the torch.compile executor sees it (:class:`TorchForFusion`), returns a
+  :class:`~thunder_ext.passes.direct_regions.DirectRegion`: the region's calls run Inductor's code without Dynamo's
+  frame hook and guards while they match the first call.
 
 Stand-ins receive the Thunder original first and run only while the pipeline is active
 (:func:`thunder_ext.host.patches.guarded`).
@@ -31,6 +34,7 @@ from ..declare.resolve import bsym_effects
 from ..host import fast
 from ..host.fast_fusion import can_fuse_memoized, can_fuse_replacement
 from ..host.names import GRAD_TABLE
+from .direct_regions import direct_or_dynamo
 from .partition import kept_out_ids
 
 __all__ = ["can_fuse", "fuse", "draws_random_numbers", "TorchForFusion", "TORCH_FOR_FUSION"]
@@ -126,18 +130,16 @@ _INDUCTOR_OPTIONS: ContextVar[Mapping[str, Any] | None] = ContextVar("thunder_ef
 class TorchForFusion:
     """``torch`` as ``thunder.executors.torch_compile`` sees it while the patches are held (its module attribute
     ``torch``, replaced by :mod:`thunder_ext.host.patches` with identity check and restore): everything is torch's,
-    except that ``torch.compile`` adds the Inductor options of the region being fused (:data:`_INDUCTOR_OPTIONS`;
-    outside :func:`fuse`, none: it is ``torch.compile``)."""
+    except ``torch.compile``, which compiles a region with the Inductor options of the region being fused
+    (:data:`_INDUCTOR_OPTIONS`; none outside :func:`fuse`) and returns a
+    :class:`~thunder_ext.passes.direct_regions.DirectRegion`: Inductor's code called without Dynamo while the calls
+    match the first (:func:`~thunder_ext.passes.direct_regions.direct_or_dynamo`)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(torch, name)
 
-    def compile(self, *args: Any, **kwargs: Any) -> Any:
-        options = _INDUCTOR_OPTIONS.get()
-        if options and kwargs.get("mode") is None:  # torch.compile refuses a mode and options together
-            kwargs.pop("mode", None)
-            kwargs["options"] = {**(kwargs.get("options") or {}), **options}
-        return torch.compile(*args, **kwargs)
+    def compile(self, model: Callable[..., Any], **kwargs: Any) -> Any:
+        return direct_or_dynamo(model, _INDUCTOR_OPTIONS.get(), **kwargs)
 
 
 TORCH_FOR_FUSION = TorchForFusion()
