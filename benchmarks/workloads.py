@@ -8,7 +8,8 @@ rows):
 * ``torch.optim`` steps on the parameters of a 2-layer MLP (256 -> 512 -> 256, gradients preset): SGD (momentum,
   nesterov, weight decay), Adam and AdamW, ``foreach=False``/``True``; the step called is ``optimizer.step``
   itself (eager), ``torch.compile(optimizer.step)``, ``thunder.jit(optimizer.step)`` (stock: fails at the
-  profiler's record-function call, reported), ``thunder_ext.jit(optimizer.step)`` (default executors);
+  profiler's record-function call, reported), ``thunder_ext.jit(optimizer.step)`` (default executors, and
+  ``executors=["torchcompile"]``: every region compiled by Inductor, beside ``torch.compile``);
 * litgpt ``GPT`` (pythia-14m layout, 2 layers, n_embd 64): one training step (forward, loss, backward, SGD step;
   the model is compiled, the optimizer eager) and one KV-cache decoding step (one token, ``torch.no_grad``);
 * transformers ``ResNetForImageClassification`` (tiny, BatchNorm in training, 2 images 32x32): one training step;
@@ -219,6 +220,7 @@ COMPILERS: dict[str, Callable[[Any], Any]] = {
     "torch.compile": torch.compile,
     "thunder.jit (stock)": thunder.jit,
     "thunder_ext.jit": thunder_ext.jit,
+    "thunder_ext.jit torchcompile": lambda fn: thunder_ext.jit(fn, executors=["torchcompile"]),
 }
 
 
@@ -313,14 +315,16 @@ def main() -> None:
         if results is None:
             continue
         eager = results.get("eager", {}).get("time")
+        inductor = results.get("torch.compile", {}).get("time")
         for compiler, r in results.items():
             if "error" in r:
-                rows.append([workload.name, compiler, "fails", "", "", "", "", r["error"]])
+                rows.append([workload.name, compiler, "fails", "", "", "", "", "", r["error"]])
                 continue
             ratio = f"{r['time'] / eager:.2f}x" if eager else ""
+            to_inductor = f"{r['time'] / inductor:.2f}x" if inductor else ""
             spread = f"{fmt_seconds(r['min'])}–{fmt_seconds(r['max'])}" if "min" in r else "not recorded"
             rows.append([workload.name, compiler, r.get("check", "not checked"), fmt_seconds(r["time"]), spread,
-                         ratio, fmt_bytes(r["peak"]), r["compiles"]])
+                         ratio, to_inductor, fmt_bytes(r["peak"]), r["compiles"]])
     markdown = "\n\n".join([
         "# Real workloads: torch.optim steps and package models (CPU)",
         "Produced by `python benchmarks/workloads.py` (see its docstring for the workloads and the method). Time: "
@@ -330,8 +334,8 @@ def main() -> None:
         "`cache_misses` over all calls of the row; torch.compile: frames dynamo compiled. Matches eager: "
         f"{CHECK_CALLS} calls of the compiled step next to eager on an identical fresh instance, outputs and every "
         f"state tensor (parameters, buffers, optimizer state, caches) within rtol {RTOL:g}, atol {ATOL:g}.",
-        markdown_table(["workload", "compiler", "matches eager", "per step", "min–max", "vs eager", "peak memory",
-                        "compiles / error"], rows),
+        markdown_table(["workload", "compiler", "matches eager", "per step", "min–max", "vs eager",
+                        "vs torch.compile", "peak memory", "compiles / error"], rows),
         f"Environment: `{record['environment']}`",
         *[f"Re-measured alone (`--only`, {again['runs']} calls, on a machine shared with other jobs: noisy): {name}, "
           f"environment `{again['environment']}`" for name, again in record.get("environments", {}).items()],

@@ -34,6 +34,8 @@ from typing import Any
 import torch
 from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
 
+from ..python_state.arguments import storage_pattern
+
 __all__ = ["DirectRegion", "direct_or_dynamo"]
 
 _log = logging.getLogger(__name__)
@@ -72,7 +74,8 @@ class _Checks:
         self.tensors = TensorGuards(*self._once(args), dynamic_dims_sizes=None, dynamic_dims_strides=None)
         self.state = GlobalStateGuard()
         self.inference = torch.is_inference_mode_enabled()
-        self.sharing = _sharing(args) if writes else None
+        self.sharing = storage_pattern(args) if writes else None
+        """For a region that writes, the storage pattern it was compiled for."""
 
     def _once(self, args: Sequence[Any]) -> Sequence[Any]:
         return args if self.once is None else [args[i] for i in self.once]
@@ -81,7 +84,7 @@ class _Checks:
         return (self.state.check() and self.tensors.check(*self._once(args)) and not _modes_active()
                 and torch.is_inference_mode_enabled() == self.inference
                 and all(args[i] is args[first] for i, first in self.repeated)
-                and (self.sharing is None or _sharing(args) == self.sharing))
+                and (self.sharing is None or storage_pattern(args) == self.sharing))
 
     def mismatch(self, args: Sequence[Any]) -> str:
         """What in ``args`` (a call that does not :meth:`hold`) differs from the compiling call."""
@@ -109,12 +112,6 @@ def _repeated(args: Sequence[torch.Tensor]) -> tuple[tuple[int, int], ...]:
     graph with one input for both: the same object must come in both places on every call)."""
     first: dict[int, int] = {}
     return tuple((i, f) for i, a in enumerate(args) if (f := first.setdefault(id(a), i)) != i)
-
-
-def _sharing(args: Sequence[torch.Tensor]) -> tuple[int, ...]:
-    """For each argument, the first argument on its storage (a region that writes is compiled for this pattern)."""
-    first: dict[int, int] = {}
-    return tuple(first.setdefault(a.untyped_storage().data_ptr(), i) for i, a in enumerate(args))
 
 
 class _Compiled:
@@ -165,7 +162,7 @@ class DirectRegion:
         writes, outputs = _writes(graph), _outputs(graph)
         if outputs is None:
             return self._to_dynamo("an output is not a tensor")
-        if writes and _sharing(args) != _identity_sharing(args):
+        if writes and storage_pattern(args) != _identity_sharing(args):
             return self._to_dynamo("two arguments share storage and the region writes")
         from torch._inductor.compile_fx import compile_fx
 
@@ -185,7 +182,7 @@ class DirectRegion:
 
 
 def _identity_sharing(args: Sequence[torch.Tensor]) -> tuple[int, ...]:
-    """:func:`_sharing` where only the same tensor passed twice shares storage."""
+    """:func:`storage_pattern` where only the same tensor passed twice shares storage."""
     first: dict[int, int] = {}
     return tuple(first.setdefault(id(a), i) for i, a in enumerate(args))
 
