@@ -79,6 +79,12 @@ def test_add_transform_keeps_holding_only_while_compiling(applies: list[int]) ->
     assert not applies and not _patches.applied()
 
 
+def test_the_autograd_bridge_sees_the_fast_dummies_torch_once_hooked() -> None:
+    thunder_ext.jit(lambda a: a + 1, executors=["torch"])  # installs the hooks
+    hook = _patches.AUTOGRAD_DUMMIES
+    assert hook.original is torch and hook.current() is hook.replacement, f"{hook.where} changed; update patches.py"
+
+
 def test_plain_thunder_jit_takes_no_hold(applies: list[int]) -> None:
     thunder_ext.jit(lambda a: a + 1, executors=["torch"])  # installs the hook
     assert _patches.COMPILE_HOOK.current() is _patches.COMPILE_HOOK.replacement

@@ -321,3 +321,27 @@ def test_a_provenance_record_is_initialized_as_thunders_initializes_it():
             made(thunders, inst, inputs)
         with pytest.raises(AssertionError):
             made(ours, inst, inputs)
+
+
+def test_the_autograd_bridge_makes_the_same_meta_dummies_and_every_other_randn_is_torchs():
+    fast_torch = _thunder_fast.TORCH_FOR_AUTOGRAD
+    for kwargs in ({"device": "meta"}, {"device": "meta", "requires_grad": True}):
+        made, expected = fast_torch.randn(1, **kwargs), torch.randn(1, **kwargs)
+        assert (made.device, made.dtype, made.shape, made.requires_grad) == \
+            (expected.device, expected.dtype, expected.shape, expected.requires_grad)
+    torch.manual_seed(3)
+    drawn = fast_torch.randn(4)
+    torch.manual_seed(3)
+    torch.testing.assert_close(drawn, torch.randn(4))
+    assert fast_torch.Tensor is torch.Tensor and fast_torch.autograd is torch.autograd
+
+
+def test_a_differentiated_call_and_its_backward_go_through_the_fast_dummies():
+    from thunder.executors import torch_autograd
+
+    jfn = thunder_ext.jit(lambda a: (a * 2).sum(), executors=["torch"])
+    assert torch_autograd.torch is _thunder_fast.TORCH_FOR_AUTOGRAD  # installed with the compile hook
+    a = torch.randn(3, requires_grad=True)
+    for _ in range(2):
+        jfn(a).backward()
+    torch.testing.assert_close(a.grad, torch.full((3,), 4.0))

@@ -30,6 +30,9 @@ here                                 Thunder                                    
 :func:`python_frame` (stand-in)      ``InterpreterFrame.get_or_make_python_``    one frame per raise site, made
                                      ``frame`` (a frame for an exception's       by a thread it waits on; Thunder
                                      traceback)                                  spins on the GIL until it runs
+:data:`TORCH_FOR_AUTOGRAD`               ``torch`` as the autograd bridge reads it:  ``empty`` on the meta device
+                                     its dummies are ``randn`` on the meta       (torch's ``randn`` there is a
+                                     device                                      Python reference, ~55 µs)
 ===================================  ==========================================  ================================
 
 Stand-ins receive the Thunder original as their first argument and run only while the pipeline is active
@@ -48,6 +51,8 @@ from dataclasses import dataclass
 from types import CodeType, FrameType, ModuleType
 from typing import Any
 
+import torch
+
 from thunder.core.interpreter import ProvenanceRecord, PseudoInst
 from thunder.core.prims import OpTags
 from thunder.core.proxies import NumberProxyInterface, Proxy, variableify
@@ -62,7 +67,7 @@ from .reliances import REGION_BYPASS
 
 __all__ = ["flat_outs", "proxy_outs", "proxy_out_names", "proxy_arg_names", "first_appearance", "region", "fuse",
            "update_fusion_call_ctx", "DontDce", "dedup_number_proxies", "with_bound_symbols", "DIS_FOR_INTERPRETER",
-           "python_frame", "record_post_init"]
+           "python_frame", "record_post_init", "TORCH_FOR_AUTOGRAD"]
 
 _LEAF_TYPES = frozenset({int, float, bool, complex, str, type(None)})
 """Types Thunder's ``tree_flatten`` always treats as leaves (with proxies)."""
@@ -333,6 +338,31 @@ def _memoized_dis() -> ModuleType:
 
 DIS_FOR_INTERPRETER = _memoized_dis()
 """``dis`` as ``thunder.core.interpreter`` reads it while the pipeline holds its patches."""
+
+
+# --- the autograd bridge's dummy tensors ------------------------------------------------------------------------
+def _empty_meta_torch() -> ModuleType:
+    """A copy of ``torch``'s namespace whose ``randn`` makes a tensor on the meta device with ``empty``. Thunder's
+    autograd bridge makes a dummy ``torch.randn(1, device="meta")`` on every differentiated call
+    (``ThunderFunction``'s result) and every backward (``ThunderOutputFunction``'s gradient); on the meta device
+    ``randn`` runs torch's Python reference implementation (~55 µs), and a meta tensor holds no values, so
+    ``empty`` (~3 µs) makes the same tensor. Any other ``randn`` is torch's. A copy, not a wrapper: the bridge
+    reads ``torch.Tensor`` once per saved tensor."""
+    module = ModuleType("torch", torch.__doc__)
+    module.__dict__.update(vars(torch))
+
+    def randn(*size: Any, **kwargs: Any) -> torch.Tensor:
+        if kwargs.get("device") == "meta" and kwargs.keys() <= {"device", "requires_grad"}:
+            return torch.empty(*size, **kwargs)
+        return torch.randn(*size, **kwargs)
+
+    module.randn = randn  # type: ignore[attr-defined]
+    return module
+
+
+TORCH_FOR_AUTOGRAD = _empty_meta_torch()
+"""``torch`` as ``thunder.executors.torch_autograd`` reads it once a ``thunder_ext.jit`` function exists
+(:data:`thunder_ext.host.patches.AUTOGRAD_DUMMIES`)."""
 
 
 def record_post_init(original: Callable[[Any], None], self: Any) -> None:

@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 import thunder
 import thunder.clang as clang
 import thunder.core.interpreter as interpreter
@@ -46,6 +48,7 @@ import thunder.core.transform_common as transform_common
 import thunder.core.transforms as thunder_transforms
 import thunder.executors.data_dependent_partition as ddp
 import thunder.executors.passes as passes
+import thunder.executors.torch_autograd as torch_autograd
 import thunder.executors.torch_compile as torch_compile
 import thunder.torch as ltorch
 import thunder.transforms.autodiff as autodiff
@@ -58,13 +61,13 @@ from .. import compilation
 from ..compilation import STAND_INS, dist_utils
 from ..eager import transformers_compat
 from ..passes import cudagraph as effect_cudagraph
-from . import state
+from . import fast, state
 from .names import (GRAD_TABLE, INFER_TENSOR_PROPERTIES, LOOKASIDE_TABLE, LTORCH_COPY, METHOD_TABLE, NAME_POSTFIX,
                     NUMBER_BINARY_OPERATOR, NUMBER_UNARY_OPERATOR, OPCODE_TABLE, PROPERTY_TABLE, UPDATE_FUSION_CALL_CTX)
 
 __all__ = ["Patch", "PATCHES", "OPTIONAL_LOOKASIDES", "optional_patches", "STAND_INS", "RUNNER_METHODS",
-           "COMPILE_HOOK", "ADD_TRANSFORM_HOOK", "guarded", "apply", "restore", "applied", "holding",
-           "hook_compilations", "enter_call", "exit_call"]
+           "COMPILE_HOOK", "ADD_TRANSFORM_HOOK", "AUTOGRAD_DUMMIES", "guarded", "apply", "restore", "applied",
+           "holding", "hook_compilations", "enter_call", "exit_call"]
 
 
 ABSENT: Any = object()
@@ -356,12 +359,18 @@ ADD_TRANSFORM_HOOK = Patch(thunder_transforms, "add_transform", _ORIG_ADD_TRANSF
 """Installed with :data:`COMPILE_HOOK` and never removed: for a function without the compile option its result is
 the original's."""
 
+AUTOGRAD_DUMMIES = Patch(torch_autograd, "torch", torch, fast.TORCH_FOR_AUTOGRAD)
+"""Installed with :data:`COMPILE_HOOK` and never removed: the autograd bridge's meta dummies made with ``empty``
+(:data:`thunder_ext.host.fast.TORCH_FOR_AUTOGRAD`; the same tensors, for stock ``thunder.jit`` functions too)."""
+
+_HOOKS = (COMPILE_HOOK, ADD_TRANSFORM_HOOK, AUTOGRAD_DUMMIES)
+
 _hooked = False
 
 
 def hook_compilations(rewrap: Callable[[Any], Any]) -> None:
-    """Install :data:`COMPILE_HOOK` and :data:`ADD_TRANSFORM_HOOK` (idempotent); ``rewrap`` is what the latter
-    applies to the result of ``add_transform``.
+    """Install :data:`COMPILE_HOOK`, :data:`ADD_TRANSFORM_HOOK` and :data:`AUTOGRAD_DUMMIES` (idempotent);
+    ``rewrap`` is what the second applies to the result of ``add_transform``.
 
     Raises:
         RuntimeError: ``thunder.thunder_general_jit`` or ``add_transform`` is not the function expected.
@@ -370,15 +379,15 @@ def hook_compilations(rewrap: Callable[[Any], Any]) -> None:
     with _lock:
         if _hooked:
             return
-        stale = [hook.where for hook in (COMPILE_HOOK, ADD_TRANSFORM_HOOK) if hook.current() is not hook.original]
+        stale = [hook.where for hook in _HOOKS if hook.current() is not hook.original]
         if stale:
             raise RuntimeError(
-                f"thunder_ext cannot hook Thunder's compilations: {', '.join(stale)} is not the function it was "
+                f"thunder_ext cannot hook Thunder's compilations: {', '.join(stale)} is not the object it was "
                 "written against. Check the installed lightning-thunder version (0.2.6 expected) and whether "
                 "another library patched it; update thunder_ext/host/patches.py."
             )
-        COMPILE_HOOK.put(COMPILE_HOOK.replacement)
-        ADD_TRANSFORM_HOOK.put(ADD_TRANSFORM_HOOK.replacement)
+        for hook in _HOOKS:
+            hook.put(hook.replacement)
         _rewrap[:] = [rewrap]
         _hooked = True
 
