@@ -15,7 +15,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import thunder_ext  # noqa: E402
-from thunder_ext.host import cache_hit, module_fetch  # noqa: E402
+from thunder_ext.host import cache_hit  # noqa: E402
 from thunder_ext.host.module_fetch import fetch_buffer, fetch_parameter, fetch_submodule  # noqa: E402
 
 PAIRS: tuple[tuple[Callable[..., Any], str], ...] = (
@@ -193,7 +193,7 @@ def test_the_hit_path_runs_the_prologue_with_fast_fetches() -> None:
     x = torch.randn(4, 3, requires_grad=True)
     jfn(x).sum().backward()
     entry = _entries(jfn)[0]
-    fast = module_fetch.fast_prologue(entry.prologue_traces[-1], _inner(entry))
+    fast = cache_hit.fast_prologue(entry.prologue_traces[-1], _inner(entry))
     assert fast is not None, "Thunder's prologue no longer prints to the code it runs"
     assert "get_parameter" not in fast.__code__.co_names and "get_buffer" not in fast.__code__.co_names
     assert {"thunder_effects_fetch_parameter", "thunder_effects_fetch_buffer"} <= set(fast.__code__.co_names)
@@ -223,5 +223,5 @@ def test_guard_keeps_thunders_prologue_without_member_fetches() -> None:
     jfn = thunder_ext.jit(lambda a: a + 1)
     jfn(torch.ones(2))
     entry = _entries(jfn)[0]
-    assert module_fetch.fast_prologue(entry.prologue_traces[-1], _inner(entry)) is None
+    assert cache_hit.fast_prologue(entry.prologue_traces[-1], _inner(entry)) is None
     assert cache_hit.guard(entry).__code__.co_code == _inner(entry).__code__.co_code

@@ -17,7 +17,9 @@ prologue's timer around the prologue. On a trivial function that is ~30 µs agai
    dtype and ``requires_grad``, constant values, module attributes, and the cache-info fields (aliasing
    included) — newest first, under the compile data as Thunder runs it; the first that passes is the hit. The
    prologue is Thunder's own code object, run with faster implementations of its five check operations
-   (:func:`guard`: the same decisions, without a message closure per check or ``str(device)`` per tensor);
+   (:func:`guard`: the same decisions, without a message closure per check or ``str(device)`` per tensor), or,
+   where its trace still prints to that code, regenerated with module members fetched by dict lookups and its
+   tensor checks made as one (:func:`fast_prologue`);
 3. the computation, autograd connection, epilogue and grad-mode restore exactly as ``fn_`` does, with the same
    statistics (``calls``, ``cache_hits``, ``last_traces``, ``last_prologue``...) except the timers of the layers it
    skips (the cache lookup's start, the host-execution and prologue timers) and ``last_computation``, which is the
@@ -50,10 +52,10 @@ from thunder.core.options import CACHE_OPTIONS
 from thunder.core.prims import PrimIDs
 from thunder.core.proxies import NumberProxy
 from thunder.core.pytree import tree_flatten
-from thunder.core.trace import get_tracectx
+from thunder.core.trace import from_trace, get_tracectx
 from thunder.executors.torch_autograd import connect_to_autograd
 
-from . import module_fetch
+from . import module_fetch, tensor_checks
 from .names import CACHE_INFO_CTX, CHECK_IMPLS, COMPILE_DATA_CTX
 from .reliances import EPILOGUE_DECORATORS, PROLOGUE_CHECK_GLOBALS, PROLOGUE_TIMER_CLOSURE
 
@@ -188,19 +190,44 @@ closures or ``str(device)`` per tensor (``tests/thunder_ext/test_call_path.py`` 
 
 def guard(entry: Any) -> Callable[..., Any]:
     """The prologue of a cache entry as the hit path runs it: Thunder's generated function (taken from inside the
-    timer ``thunder.jit`` wraps it in: :data:`~thunder_ext.host.reliances.PROLOGUE_TIMER_CLOSURE`), regenerated with
-    its module member fetches by dict lookups where it has any (:func:`module_fetch.fast_prologue`), with its check
-    implementations swapped for :data:`_FAST_CHECKS` in a copy of its globals
-    (:data:`~thunder_ext.host.reliances.PROLOGUE_CHECK_GLOBALS`); ``entry.prologue_fn`` itself when the function
-    cannot be found there."""
+    timer ``thunder.jit`` wraps it in: :data:`~thunder_ext.host.reliances.PROLOGUE_TIMER_CLOSURE`), regenerated
+    faster where it can be (:func:`fast_prologue`), with its check implementations swapped for :data:`_FAST_CHECKS`
+    in a copy of its globals (:data:`~thunder_ext.host.reliances.PROLOGUE_CHECK_GLOBALS`); ``entry.prologue_fn``
+    itself when the function cannot be found there."""
     timed = entry.prologue_fn
     inner = [v for v in PROLOGUE_TIMER_CLOSURE.closure(timed) if isinstance(v, types.FunctionType)]
     if len(inner) != 1 or inner[0].__closure__ is not None:
         return timed
-    pro = module_fetch.fast_prologue(entry.prologue_traces[-1], inner[0]) or inner[0]
+    pro = fast_prologue(entry.prologue_traces[-1], inner[0]) or inner[0]
     values = {name: pro.__globals__.get(name) for name in PROLOGUE_CHECK_GLOBALS.detail}
     swaps = {name: _FAST_CHECKS[value] for name, value in values.items() if callable(value) and value in _FAST_CHECKS}
     return PROLOGUE_CHECK_GLOBALS.with_globals(pro, swaps) if swaps else pro
+
+
+def fast_prologue(trace: Any, generated: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``generated`` (the prologue function Thunder made of ``trace``) regenerated from ``trace`` with its module
+    member fetches by dict lookups (:func:`module_fetch.fetched`) and its tensor checks made as one
+    (:func:`tensor_checks.batched`), or ``None``: when neither applies, or when ``trace`` no longer prints to
+    ``generated``'s code (then Thunder made it otherwise, and its own function is used)."""
+    original = trace.bound_symbols
+    bsyms = tensor_checks.batched(module_fetch.fetched(original), _check_tensor_metadata)
+    if len(bsyms) == len(original) and all(a is b for a, b in zip(bsyms, original, strict=True)):
+        return None
+    if not _same_code(trace.python_callable(include_decorators=False).__code__, generated.__code__):
+        return None
+    fast = from_trace(trace)
+    fast.bound_symbols = bsyms
+    return fast.python_callable(include_decorators=False)
+
+
+def _same_code(a: Any, b: Any) -> bool:
+    """Whether two generated functions' code objects do the same: bytecode, names and constants (the file name
+    carries Thunder's trace counter)."""
+    try:
+        return (a.co_code, a.co_names, a.co_varnames, a.co_consts) == (b.co_code, b.co_names, b.co_varnames,
+                                                                        b.co_consts)
+    except Exception:  # noqa: BLE001 - a constant that refuses comparison: not provably the same
+        return False
 
 
 _PACKING = frozenset((PrimIDs.UNPACK_TRIVIAL, PrimIDs.RETURN))

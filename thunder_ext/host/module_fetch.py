@@ -17,25 +17,22 @@ later is seen). Anything else — a subclass overriding ``get_parameter`` (``Thu
 attribute shadowing a member, a missing or mistyped member — goes to the module's own method, which returns the same
 value or raises its own error.
 
-:func:`fast_prologue` gives the cache-hit path (:func:`thunder_ext.host.cache_hit.guard`) the same prologue with its
-member fetches made these: Thunder's prologue function is ``prologue_traces[-1].python_callable(include_decorators=
-False)`` (the function inside the timer, as ``guard`` finds it); the trace is regenerated only if it still prints to
-the code Thunder runs, and the copy differs from it only in the fetches. Thunder's own path (first calls,
-misses) and every pass keep Thunder's ``unpack_*`` symbols.
+:func:`fetched` gives the cache-hit path (:func:`thunder_ext.host.cache_hit.fast_prologue`) a prologue's bound symbols
+with these fetches; Thunder's own path (first calls, misses) and every pass keep Thunder's ``unpack_*`` symbols.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 from torch import nn
 
 from thunder.core.prims import PrimIDs
-from thunder.core.trace import from_trace
+from thunder.core.symbol import BoundSymbol
 from thunder.executors.pythonex import ex as pythonex
 
-__all__ = ["fetch_parameter", "fetch_buffer", "fetch_submodule", "fast_prologue", "FETCHES"]
+__all__ = ["fetch_parameter", "fetch_buffer", "fetch_submodule", "fetched", "FETCHES"]
 
 _UNKNOWN = object()
 _OBJECT_GETATTRIBUTE = object.__getattribute__
@@ -144,25 +141,6 @@ FETCHES: dict[Any, Any] = {
 """Thunder's member-unpacking prims -> the operator a cache hit's prologue calls instead."""
 
 
-def fast_prologue(trace: Any, generated: Callable[..., Any]) -> Callable[..., Any] | None:
-    """``generated`` (the prologue function Thunder made of ``trace``) with its member fetches made
-    :data:`FETCHES`, or ``None``: when it fetches no member, or when ``trace`` no longer prints to ``generated``'s
-    code (then Thunder made it otherwise, and its own function is used)."""
-    if not any(b.sym.id in FETCHES for b in trace.bound_symbols):
-        return None
-    if not _same_code(trace.python_callable(include_decorators=False).__code__, generated.__code__):
-        return None
-    fast = from_trace(trace)
-    fast.bound_symbols = [FETCHES[b.sym.id].bind(*b.args, output=b.output) if b.sym.id in FETCHES else b
-                          for b in trace.bound_symbols]
-    return fast.python_callable(include_decorators=False)
-
-
-def _same_code(a: Any, b: Any) -> bool:
-    """Whether two generated functions' code objects do the same: bytecode, names and constants (the file name
-    carries Thunder's trace counter)."""
-    try:
-        return (a.co_code, a.co_names, a.co_varnames, a.co_consts) == (b.co_code, b.co_names, b.co_varnames,
-                                                                        b.co_consts)
-    except Exception:  # noqa: BLE001 - a constant that refuses comparison: not provably the same
-        return False
+def fetched(bsyms: Sequence[BoundSymbol]) -> list[BoundSymbol]:
+    """``bsyms`` (a prologue's) with its member fetches made :data:`FETCHES`."""
+    return [FETCHES[b.sym.id].bind(*b.args, output=b.output) if b.sym.id in FETCHES else b for b in bsyms]

@@ -32,8 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
+from torch._C._dynamo.guards import GlobalStateGuard
 
+from ..host.tensor_checks import TensorMatch
 from ..python_state.arguments import storage_pattern
 
 __all__ = ["DirectRegion", "direct_or_dynamo"]
@@ -63,55 +64,35 @@ def _with_options(kwargs: Mapping[str, Any], options: Mapping[str, Any] | None) 
 class _Checks:
     """What a call must share with the compiling call for the compiled code to be the region's (module docstring)."""
 
-    __slots__ = ("tensors", "state", "inference", "repeated", "once", "sharing")
+    __slots__ = ("tensors", "state", "inference", "sharing")
 
     def __init__(self, args: Sequence[torch.Tensor], writes: bool) -> None:
-        self.repeated = _repeated(args)
-        again = {i for i, _ in self.repeated}
-        self.once = tuple(i for i in range(len(args)) if i not in again) if again else None
-        """The arguments :attr:`tensors` checks (``None``: all), each tensor once: ``TensorGuards`` fails on a
-        tensor passed twice."""
-        self.tensors = TensorGuards(*self._once(args), dynamic_dims_sizes=None, dynamic_dims_strides=None)
+        self.tensors = TensorMatch(args)
         self.state = GlobalStateGuard()
         self.inference = torch.is_inference_mode_enabled()
         self.sharing = storage_pattern(args) if writes else None
         """For a region that writes, the storage pattern it was compiled for."""
 
-    def _once(self, args: Sequence[Any]) -> Sequence[Any]:
-        return args if self.once is None else [args[i] for i in self.once]
-
     def hold(self, args: Sequence[Any]) -> bool:
-        return (self.state.check() and self.tensors.check(*self._once(args)) and not _modes_active()
+        return (self.state.check() and self.tensors.holds(args) and not _modes_active()
                 and torch.is_inference_mode_enabled() == self.inference
-                and all(args[i] is args[first] for i, first in self.repeated)
                 and (self.sharing is None or storage_pattern(args) == self.sharing))
 
     def mismatch(self, args: Sequence[Any]) -> str:
         """What in ``args`` (a call that does not :meth:`hold`) differs from the compiling call."""
         if not self.state.check():
             return f"global state: {self.state.reason()}"
-        names = [f"args[{i}]" for i in (range(len(args)) if self.once is None else self.once)]
-        verbose = self.tensors.check_verbose(*self._once(args), tensor_check_names=names)
-        if verbose is not True:
-            return str(verbose)
+        if not self.tensors.holds(args):
+            return self.tensors.mismatch(args)
         if _modes_active():
             return "a torch-function or dispatch mode is active"
         if torch.is_inference_mode_enabled() != self.inference:
             return "inference mode"
-        if not all(args[i] is args[first] for i, first in self.repeated):
-            return "an argument passed twice when compiled is another tensor now"
         return "arguments share storage unlike when compiled, and the region writes"
 
 
 def _modes_active() -> bool:
     return torch._C._len_torch_function_stack() > 0 or torch._C._len_torch_dispatch_stack() > 0
-
-
-def _repeated(args: Sequence[torch.Tensor]) -> tuple[tuple[int, int], ...]:
-    """``(i, first)`` for each argument ``i`` that is the tensor ``args[first]`` again (AOTAutograd compiles the
-    graph with one input for both: the same object must come in both places on every call)."""
-    first: dict[int, int] = {}
-    return tuple((i, f) for i, a in enumerate(args) if (f := first.setdefault(id(a), i)) != i)
 
 
 class _Compiled:
