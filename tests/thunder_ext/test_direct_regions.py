@@ -100,31 +100,28 @@ def test_the_same_tensor_passed_twice_is_one_input_and_must_stay_one():
     assert "passed twice" in r.dynamo_reason
 
 
-def test_a_writing_region_on_arguments_that_share_storage_is_torch_compiles_from_the_start():
-    def f(a, b):
-        a.mul_(2)
-        return (b + 1,)
+def double_first(a, b):
+    a.mul_(2)
+    return (b + 1,)
 
-    r = region(f)
+
+def test_a_writing_region_on_arguments_that_share_storage_is_torch_compiles_from_the_start():
+    r = region(double_first)
     base = torch.randn(6)
     expected_base = base.clone()
-    f(expected_base[:3], expected_base[3:])
+    double_first(expected_base[:3], expected_base[3:])
     r(base[:3], base[3:])
     torch.testing.assert_close(base, expected_base)
     assert "share storage" in r.dynamo_reason
 
 
 def test_storage_shared_unlike_when_compiled_is_refused_for_a_writing_region():
-    def f(a, b):
-        a.mul_(2)
-        return (b + 1,)
-
-    r = region(f)
+    r = region(double_first)
     r(torch.randn(3), torch.randn(3))
     assert r.direct
     base = torch.randn(3)
     expected_base = base.clone()
-    (expected,) = f(expected_base, expected_base.view(3))
+    (expected,) = double_first(expected_base, expected_base.view(3))
     (out,) = r(base, base.view(3))  # b sees the write, as in eager
     torch.testing.assert_close(out, expected)
     assert "share storage" in r.dynamo_reason

@@ -138,6 +138,8 @@ class DirectRegion:
             return self._to_dynamo(reason)
         try:
             graph = _capture(self._fn, args)
+        except _Unsupported as why:
+            return self._to_dynamo(str(why))
         except Exception as error:  # noqa: BLE001 - any capture failure leaves the region to Dynamo, reason kept
             return self._to_dynamo(f"make_fx failed: {type(error).__name__}: {error}")
         writes, outputs = _writes(graph), _outputs(graph)
@@ -190,7 +192,7 @@ def _capture(fn: Callable[..., Any], args: tuple[torch.Tensor, ...]) -> torch.fx
 
 
 class _Unsupported(Exception):
-    pass
+    """A captured graph this module does not compile (the message says why)."""
 
 
 class _TensorValue(torch.overrides.TorchFunctionMode):
