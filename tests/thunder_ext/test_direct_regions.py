@@ -223,3 +223,19 @@ def test_a_non_contiguous_argument_on_a_cache_hit_moves_the_region_to_torch_comp
     torch.testing.assert_close(jf(a2, b), f(ea, b))
     torch.testing.assert_close(a2, ea)
     assert "stride" in r.dynamo_reason
+
+
+def test_a_trace_whose_sizes_vary_leaves_its_regions_to_dynamos_dynamic_shapes():
+    def f(a, b):
+        a.mul_(2)
+        return (a * b).sum(0)
+
+    jf = thunder_ext.jit(f, executors=["torchcompile"])
+    for n in (3, 4, 5, 6):  # the second size marks the first dimension dynamic: one more compilation serves all
+        a, b = torch.randn(n, 2), torch.randn(n, 2)
+        ea = a.clone()
+        torch.testing.assert_close(jf(a, b), f(ea, b))
+        torch.testing.assert_close(a, ea)
+    assert thunder.cache_misses(jf) == 2
+    assert [b for b in thunder.last_traces(jf)[-1].bound_symbols if b.sym.is_fusion]
+    assert not regions_of(jf)  # its fusion is torch.compile's function

@@ -42,11 +42,13 @@ __all__ = ["DirectRegion", "direct_or_dynamo"]
 _log = logging.getLogger(__name__)
 
 
-def direct_or_dynamo(fn: Callable[..., Any], options: Mapping[str, Any] | None, **kwargs: Any) -> Any:
+def direct_or_dynamo(fn: Callable[..., Any], options: Mapping[str, Any] | None, *, direct: bool = True,
+                     **kwargs: Any) -> Any:
     """What ``torch.compile(fn, **kwargs)`` returns for a fusion region, with Inductor ``options``: a
-    :class:`DirectRegion` when the call asks for Inductor in its default mode, else torch.compile's function."""
+    :class:`DirectRegion` when ``direct`` and the call asks for Inductor in its default mode, else torch.compile's
+    function."""
     dynamo = torch.compile(fn, **_with_options(kwargs, options))
-    if kwargs.get("backend", "inductor") != "inductor" or kwargs.get("mode") not in (None, "default"):
+    if not direct or kwargs.get("backend", "inductor") != "inductor" or kwargs.get("mode") not in (None, "default"):
         return dynamo
     return DirectRegion(fn, dynamo, dict(options or {}))
 

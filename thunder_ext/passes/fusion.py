@@ -21,12 +21,14 @@ Stand-ins receive the Thunder original first and run only while the pipeline is 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from thunder.core.proxies import NumberProxy, TensorProxy, unvariableify
 from thunder.core.symbol import BoundSymbol
 
 from ..declare import collectives
@@ -37,7 +39,7 @@ from ..host.names import GRAD_TABLE
 from .direct_regions import direct_or_dynamo
 from .partition import kept_out_ids
 
-__all__ = ["can_fuse", "fuse", "draws_random_numbers", "TorchForFusion", "TORCH_FOR_FUSION"]
+__all__ = ["can_fuse", "fuse", "draws_random_numbers", "RegionCompile", "TorchForFusion", "TORCH_FOR_FUSION"]
 
 
 # --- torch.compile fusibility -----------------------------------------------------------------------------------
@@ -123,23 +125,33 @@ def draws_random_numbers(bsyms: Sequence[BoundSymbol]) -> bool:
     return any(r.resource.kind == "rng" for b in bsyms for r in bsym_effects(b).resources)
 
 
-_INDUCTOR_OPTIONS: ContextVar[Mapping[str, Any] | None] = ContextVar("thunder_effects_inductor_options", default=None)
-"""Inductor options for the region :func:`fuse` is compiling (none outside it)."""
+@dataclass(frozen=True, slots=True)
+class RegionCompile:
+    """How :func:`fuse` has ``torch.compile`` compile the region it is fusing: Inductor ``options``, and whether
+    its calls may run Inductor's code without Dynamo (``direct``)."""
+
+    options: Mapping[str, Any] | None = None
+    direct: bool = True
+
+
+_COMPILING: ContextVar[RegionCompile | None] = ContextVar("thunder_effects_region_compile", default=None)
+"""How the region :func:`fuse` is compiling is compiled (``None`` outside it: :data:`_OUTSIDE`)."""
+_OUTSIDE = RegionCompile()
 
 
 class TorchForFusion:
     """``torch`` as ``thunder.executors.torch_compile`` sees it while the patches are held (its module attribute
     ``torch``, replaced by :mod:`thunder_ext.host.patches` with identity check and restore): everything is torch's,
-    except ``torch.compile``, which compiles a region with the Inductor options of the region being fused
-    (:data:`_INDUCTOR_OPTIONS`; none outside :func:`fuse`) and returns a
-    :class:`~thunder_ext.passes.direct_regions.DirectRegion`: Inductor's code called without Dynamo while the calls
-    match the first (:func:`~thunder_ext.passes.direct_regions.direct_or_dynamo`)."""
+    except ``torch.compile``, which compiles a region as :data:`_COMPILING` says and returns, unless the region is
+    not to run direct, a :class:`~thunder_ext.passes.direct_regions.DirectRegion`: Inductor's code called without
+    Dynamo while the calls match the first (:func:`~thunder_ext.passes.direct_regions.direct_or_dynamo`)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(torch, name)
 
     def compile(self, model: Callable[..., Any], **kwargs: Any) -> Any:
-        return direct_or_dynamo(model, _INDUCTOR_OPTIONS.get(), **kwargs)
+        how = _COMPILING.get() or _OUTSIDE
+        return direct_or_dynamo(model, how.options, direct=how.direct, **kwargs)
 
 
 TORCH_FOR_FUSION = TorchForFusion()
@@ -151,14 +163,22 @@ def fuse(original: Callable[..., BoundSymbol], self: Any, region: Any, fusion_co
     call eager's kernels on the default generator, in program order, so they are eager's numbers and leave the
     generator as eager does — Inductor's own generator (seeded from the default one) draws other numbers, so a
     program that seeds (inside or before the call) would not see eager's. Costs those regions Inductor's fused random
-    number generation; other regions are compiled as before. The options reach ``torch.compile`` through
+    number generation; other regions are compiled as before. A region with an input whose size is a number proxy
+    (:mod:`thunder_ext.dynamic_shapes`: its calls' sizes vary) is left to Dynamo's automatic dynamic shapes rather
+    than run direct (which compiles for one call's sizes). Both reach ``torch.compile`` through
     :class:`TorchForFusion`, for this call only (a context variable: other threads compile unaffected). Members'
     subsymbols that return plain numbers are left out of the copy compiled (:func:`_named_outputs_only`)."""
     region.bound_symbols = _named_outputs_only(region.bound_symbols)
-    if not draws_random_numbers(region.bound_symbols):
-        return fast.fuse(original, self, region, fusion_counter)
-    token = _INDUCTOR_OPTIONS.set({"fallback_random": True})
+    how = RegionCompile({"fallback_random": True} if draws_random_numbers(region.bound_symbols) else None,
+                        direct=not _sized_by_numbers(region.inputs))
+    token = _COMPILING.set(how)
     try:
         return fast.fuse(original, self, region, fusion_counter)
     finally:
-        _INDUCTOR_OPTIONS.reset(token)
+        _COMPILING.reset(token)
+
+
+def _sized_by_numbers(inputs: Iterable[Any]) -> bool:
+    """Whether a tensor among a region's ``inputs`` (variables) has a size that is a number proxy."""
+    return any(isinstance(d, NumberProxy) for v in inputs if isinstance(p := unvariableify(v), TensorProxy)
+               for d in p.shape)
