@@ -239,3 +239,10 @@ def test_a_trace_whose_sizes_vary_leaves_its_regions_to_dynamos_dynamic_shapes()
     assert thunder.cache_misses(jf) == 2
     assert [b for b in thunder.last_traces(jf)[-1].bound_symbols if b.sym.is_fusion]
     assert not regions_of(jf)  # its fusion is torch.compile's function
+
+
+def test_a_sparse_argument_leaves_the_region_to_torch_compile():
+    r = region(lambda a, b: (a * b,))
+    a, b = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(r(a.to_sparse(), b.to_sparse())[0].to_dense(), a * b)
+    assert "strided" in r.dynamo_reason

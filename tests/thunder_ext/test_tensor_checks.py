@@ -91,3 +91,12 @@ def test_the_hit_path_prologue_checks_a_models_tensors_in_one_call():
     x = torch.randn(4, 3)
     torch.testing.assert_close(jfn(x), eager(x))
     assert thunder.cache_misses(jfn) == 2
+
+
+def test_tensors_torch_cannot_describe_are_checked_one_by_one_on_every_call():
+    one = Recording()
+    checks = TensorChecks([((3,), "cpu", torch.float32, False)], one)
+    sparse = torch.randn(3).to_sparse()
+    for _ in range(2):
+        checks(sparse)  # passes the check (a tensor of that shape, device, dtype); TensorGuards would not describe it
+    assert one.calls == 2 and not checks.match.holds([sparse])

@@ -17,16 +17,24 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 from torch._C._dynamo.guards import TensorGuards
 
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.executors.pythonex import check_tensor_shape_and_metadata
 
-__all__ = ["TensorMatch", "TensorChecks", "batched"]
+__all__ = ["describable", "TensorMatch", "TensorChecks", "batched"]
+
+
+def describable(tensors: Sequence[Any]) -> bool:
+    """Whether ``TensorGuards`` can describe every one of ``tensors``: strided, not nested (on a nested tensor it
+    aborts the process)."""
+    return all(t.layout is torch.strided and not t.is_nested for t in tensors)
 
 
 class TensorMatch:
-    """``TensorGuards`` for tensors that may repeat (it refuses a tensor passed twice): made from ``tensors``,
+    """``TensorGuards`` for tensors that may repeat (it refuses a tensor passed twice): made from ``tensors``
+    (:func:`describable` ones),
     :meth:`holds` for tensors of the same type, dispatch keys, dtype, device, sizes, strides and ``requires_grad``,
     with the same object wherever ``tensors`` repeated one."""
 
@@ -68,6 +76,8 @@ class TensorChecks:
     def __init__(self, specs: Sequence[Spec], check_one: Callable[..., None]) -> None:
         self.specs, self.check_one = tuple(specs), check_one
         self.match: TensorMatch | None = None
+        """Made from the first call that passed the checks; ``_NO_MATCH`` when its tensors are not all
+        :func:`describable`: the checks run one by one on every call."""
 
     def __call__(self, *tensors: Any) -> None:
         match = self.match
@@ -76,7 +86,20 @@ class TensorChecks:
         for tensor, spec in zip(tensors, self.specs, strict=True):
             self.check_one(tensor, *spec)
         if match is None:
-            self.match = TensorMatch(tensors)
+            self.match = TensorMatch(tensors) if describable(tensors) else _NO_MATCH
+
+
+class _NoMatch(TensorMatch):
+    """A :class:`TensorMatch` that never holds."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    def holds(self, tensors: Sequence[Any]) -> bool:
+        return False
+
+
+_NO_MATCH = _NoMatch()
 
 
 _CHECK_TENSORS = "thunder_effects_check_tensors"

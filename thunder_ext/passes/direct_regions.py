@@ -21,8 +21,9 @@ later call checks what Dynamo would have guarded for that graph — in C++, a fe
 The first call that fails a check goes to ``torch.compile`` (Dynamo's guards, recompiles and automatic dynamic
 shapes), and so does every later call: a region whose calls vary is Dynamo's. A region this cannot compile is
 ``torch.compile``'s from its first call, with the reason kept on it (:attr:`DirectRegion.dynamo_reason`): an
-argument or output that is not a tensor, two arguments on one storage when the region writes, a torch.compile
-``mode`` other than the default, an active mode, or a graph ``make_fx`` or Inductor fails on.
+argument or output that is not a tensor (or not strided), two arguments on one storage when the region writes, a
+torch.compile ``mode`` other than the default, an active mode, a graph that reads a tensor as a Python number, or a
+graph ``make_fx`` or Inductor fails on.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 import torch
 from torch._C._dynamo.guards import GlobalStateGuard
 
-from ..host.tensor_checks import TensorMatch
+from ..host.tensor_checks import TensorMatch, describable
 from ..python_state.arguments import storage_pattern
 
 __all__ = ["DirectRegion", "direct_or_dynamo"]
@@ -175,6 +176,8 @@ def _identity_sharing(args: Sequence[torch.Tensor]) -> tuple[int, ...]:
 def _unsupported(args: tuple[Any, ...]) -> str | None:
     if not all(isinstance(a, torch.Tensor) for a in args):
         return "an argument is not a tensor"
+    if not describable(args):
+        return "an argument is not a strided tensor (sparse, nested)"
     if _modes_active():
         return "a torch-function or dispatch mode is active"
     return None
