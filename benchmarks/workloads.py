@@ -21,8 +21,9 @@ Matches eager: before timing, :data:`CHECK_CALLS` calls of the compiled step nex
 seeded instance; ``ok`` when the outputs and every state tensor the step changes (parameters, buffers, optimizer
 state, caches: each workload's ``state``) match (:func:`matches_eager`).
 
-Per step: the median of ``--runs`` timed calls after 2 warm-up calls (``benchmarks/common.py``: ``median_time``),
-with the fastest and slowest call; torch runs on ``--threads`` intra-op threads, 1 by default: with torch's pool
+Per step: every compiler of a workload compiled and checked first, then all timed in turns (five rounds of
+``--runs``/5 calls each after 2 warm-up calls, ``benchmarks/common.py``: ``interleaved_times``): the median, with the
+fastest and slowest call; torch runs on ``--threads`` intra-op threads, 1 by default: with torch's pool
 on every core of a small or shared machine a tiny step measures the contention (a litgpt decode step read 72 ms
 there, against 2.5 ms on one thread);
 peak memory: the bytes live above the pre-call baseline during one more call, from the allocator events of
@@ -41,7 +42,7 @@ import json
 import sys
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ import thunder  # noqa: E402
 
 from thunder_ext.testing.models import compare  # noqa: E402
 from benchmarks.common import (RESULTS_DIR, describe_error, environment, fmt_bytes, fmt_seconds, markdown_table,  # noqa: E402
-                               measure_memory, median_time, write_results)
+                               interleaved_times, measure_memory, write_results)
 
 warnings.filterwarnings("ignore")
 DEVICE = "cpu"
@@ -260,8 +261,9 @@ def matches_eager(workload: Workload, run: Callable[..., Any], compiled: Any, ar
     return "ok"
 
 
-def measure(workload: Workload, compiler: str, runs: int) -> dict[str, Any]:
-    """Compile once; compare with eager (:func:`matches_eager`), then time and measure the same compiled step."""
+def prepare(workload: Workload, compiler: str) -> tuple[dict[str, Any], Callable[[], Any] | None]:
+    """Compile once; compare with eager (:func:`matches_eager`) and measure memory: the row without its time, and the
+    compiled step to time (``None`` when the compiler failed: the row records the error)."""
     step, run, args, state = workload.make()
     if compiler == "torch.compile":
         torch._dynamo.reset()
@@ -271,15 +273,34 @@ def measure(workload: Workload, compiler: str, runs: int) -> dict[str, Any]:
     try:
         compiled = COMPILERS[compiler](step)
         check = "—" if compiler == "eager" else matches_eager(workload, run, compiled, args, state)
-        timing = median_time(lambda: run(compiled), args, DEVICE, runs=runs, warmup=2)
-        memory = measure_memory(lambda: run(compiled), args, DEVICE)
-        return {"time": timing.median_s, "min": timing.min_s, "max": timing.max_s, "peak": memory.peak,
-                "compiles": _compiles(compiler, compiled), "check": check}
+        memory = measure_memory(lambda: run(compiled, *args), (), DEVICE)
+        return {"peak": memory.peak, "compiles": _compiles(compiler, compiled), "check": check}, \
+            lambda: run(compiled, *args)
     except Exception as e:  # a compiler that cannot run the workload: reported, not fatal
         message = describe_error(e)
         if "--verbose" in sys.argv:
             traceback.print_exc()
-        return {"error": message}
+        return {"error": message}, None
+
+
+def measure(workload: Workload, compilers: Sequence[str], runs: int) -> dict[str, dict[str, Any]]:
+    """Every compiler's row of ``workload``: each prepared (:func:`prepare`), then all timed in turns
+    (:func:`common.interleaved_times`, ``runs`` calls each in five rounds), so that the host's drift weighs on every
+    compiler alike and the ratios hold."""
+    rows, steps = {}, {}
+    for compiler in compilers:
+        print(f"{workload.name} / {compiler} ...", flush=True)
+        try:
+            rows[compiler], step = prepare(workload, compiler)
+        except ImportError as e:  # the models extra is not installed
+            rows[compiler], step = {"error": f"skipped: {e}"}, None
+        if step is not None:
+            steps[compiler] = step
+    rounds = 5
+    for compiler, timing in interleaved_times(steps, (), DEVICE, rounds=rounds, runs=max(1, runs // rounds),
+                                              warmup=2).items():
+        rows[compiler] |= {"time": timing.median_s, "min": timing.min_s, "max": timing.max_s}
+    return rows
 
 
 def main() -> None:
@@ -300,14 +321,7 @@ def main() -> None:
     for workload in WORKLOADS:
         if options.only and not any(workload.name.startswith(p) for p in options.only):
             continue
-        results = {}
-        for compiler in compilers:
-            print(f"{workload.name} / {compiler} ...", flush=True)
-            try:
-                results[compiler] = measure(workload, compiler, options.runs)
-            except ImportError as e:  # the models extra is not installed
-                results[compiler] = {"error": f"skipped: {e}"}
-        record["results"][workload.name] = results
+        record["results"][workload.name] = measure(workload, compilers, options.runs)
         if "environments" in record:
             record["environments"][workload.name] = {"environment": environment(DEVICE), "runs": options.runs}
     for workload in WORKLOADS:
@@ -328,8 +342,9 @@ def main() -> None:
     markdown = "\n\n".join([
         "# Real workloads: torch.optim steps and package models (CPU)",
         "Produced by `python benchmarks/workloads.py` (see its docstring for the workloads and the method). Time: "
-        f"median of {options.runs} calls after 2 warm-up calls, torch on {torch.get_num_threads()} thread(s); ratio "
-        "to eager, same run. Peak: bytes live above "
+        f"median of {options.runs} calls after 2 warm-up calls, every compiler of a workload timed in turns "
+        f"(5 rounds), torch on {torch.get_num_threads()} thread(s); ratios to eager and to torch.compile, same run. "
+        "Peak: bytes live above "
         "the pre-call baseline during one call, from `torch.profiler`'s allocator events (CPU). Compiles: Thunder's "
         "`cache_misses` over all calls of the row; torch.compile: frames dynamo compiled. Matches eager: "
         f"{CHECK_CALLS} calls of the compiled step next to eager on an identical fresh instance, outputs and every "
