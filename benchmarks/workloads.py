@@ -286,14 +286,15 @@ def prepare(workload: Workload, compiler: str) -> tuple[dict[str, Any], Callable
 def measure(workload: Workload, compilers: Sequence[str], runs: int) -> dict[str, dict[str, Any]]:
     """Every compiler's row of ``workload``: each prepared (:func:`prepare`), then all timed in turns
     (:func:`common.interleaved_times`, ``runs`` calls each in five rounds), so that the host's drift weighs on every
-    compiler alike and the ratios hold."""
+    compiler alike and the ratios hold.
+
+    Raises:
+        ImportError: the workload's package is not installed (the ``models`` extra).
+    """
     rows, steps = {}, {}
     for compiler in compilers:
-        print(f"{workload.name} / {compiler} ...", flush=True)
-        try:
-            rows[compiler], step = prepare(workload, compiler)
-        except ImportError as e:  # the models extra is not installed
-            rows[compiler], step = {"error": f"skipped: {e}"}, None
+        print(f"{workload.name} / {compiler} ...", file=sys.stderr, flush=True)
+        rows[compiler], step = prepare(workload, compiler)
         if step is not None:
             steps[compiler] = step
     rounds = 5
@@ -321,7 +322,10 @@ def main() -> None:
     for workload in WORKLOADS:
         if options.only and not any(workload.name.startswith(p) for p in options.only):
             continue
-        record["results"][workload.name] = measure(workload, compilers, options.runs)
+        try:
+            record["results"][workload.name] = measure(workload, compilers, options.runs)
+        except ImportError as e:  # the models extra is not installed
+            record["results"][workload.name] = {c: {"error": f"skipped: {e}"} for c in compilers}
         if "environments" in record:
             record["environments"][workload.name] = {"environment": environment(DEVICE), "runs": options.runs}
     for workload in WORKLOADS:

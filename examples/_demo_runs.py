@@ -234,12 +234,11 @@ def model_rows(model: Model, available: dict[str, Compiler], size: Size, device:
 
 
 def workload_rows(name: str, runs: int) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(compiler, benchmarks.workloads.measure(...))`` for each of :data:`WORKLOAD_COMPILERS`; when the workload's
-    package is missing (litgpt or transformers: the models extra), ``(compiler, {"skipped": reason})`` for the rest."""
+    """``(compiler, row)`` for each of :data:`WORKLOAD_COMPILERS` (``benchmarks.workloads.measure``: timed in
+    turns); when the workload's package is missing (litgpt or transformers: the models extra),
+    ``(compiler, {"skipped": reason})`` for each."""
     workload = {w.name: w for w in package_workloads.WORKLOADS}[name]
-    for i, compiler in enumerate(WORKLOAD_COMPILERS):
-        try:
-            yield compiler, package_workloads.measure(workload, compiler, runs)
-        except ImportError as exc:
-            yield from ((c, {"skipped": f"{exc.name or exc} not installed"}) for c in WORKLOAD_COMPILERS[i:])
-            return
+    try:
+        yield from package_workloads.measure(workload, WORKLOAD_COMPILERS, runs).items()
+    except ImportError as exc:
+        yield from ((c, {"skipped": f"{exc.name or exc} not installed"}) for c in WORKLOAD_COMPILERS)
