@@ -283,17 +283,19 @@ def prepare(workload: Workload, compiler: str) -> tuple[dict[str, Any], Callable
         return {"error": message}, None
 
 
-def measure(workload: Workload, compilers: Sequence[str], runs: int) -> dict[str, dict[str, Any]]:
+def measure(workload: Workload, compilers: Sequence[str], runs: int,
+            progress: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
     """Every compiler's row of ``workload``: each prepared (:func:`prepare`), then all timed in turns
     (:func:`common.interleaved_times`, ``runs`` calls each in five rounds), so that the host's drift weighs on every
-    compiler alike and the ratios hold.
+    compiler alike and the ratios hold; ``progress`` is told which compiler is being prepared.
 
     Raises:
         ImportError: the workload's package is not installed (the ``models`` extra).
     """
     rows, steps = {}, {}
     for compiler in compilers:
-        print(f"{workload.name} / {compiler} ...", file=sys.stderr, flush=True)
+        if progress is not None:
+            progress(f"{workload.name} / {compiler} ...")
         rows[compiler], step = prepare(workload, compiler)
         if step is not None:
             steps[compiler] = step
@@ -323,7 +325,8 @@ def main() -> None:
         if options.only and not any(workload.name.startswith(p) for p in options.only):
             continue
         try:
-            record["results"][workload.name] = measure(workload, compilers, options.runs)
+            record["results"][workload.name] = measure(workload, compilers, options.runs,
+                                                       progress=lambda line: print(line, flush=True))
         except ImportError as e:  # the models extra is not installed
             record["results"][workload.name] = {c: {"error": f"skipped: {e}"} for c in compilers}
         if "environments" in record:
