@@ -273,9 +273,11 @@ def prepare(workload: Workload, compiler: str) -> tuple[dict[str, Any], Callable
     try:
         compiled = COMPILERS[compiler](step)
         check = "—" if compiler == "eager" else matches_eager(workload, run, compiled, args, state)
-        memory = measure_memory(lambda: run(compiled, *args), (), DEVICE)
-        return {"peak": memory.peak, "compiles": _compiles(compiler, compiled), "check": check}, \
-            lambda: run(compiled, *args)
+        def one_step() -> Any:
+            return run(compiled, *args)
+
+        memory = measure_memory(one_step, (), DEVICE)
+        return {"peak": memory.peak, "compiles": _compiles(compiler, compiled), "check": check}, one_step
     except Exception as e:  # a compiler that cannot run the workload: reported, not fatal
         message = describe_error(e)
         if "--verbose" in sys.argv:

@@ -34,9 +34,8 @@ def describable(tensors: Sequence[Any]) -> bool:
 
 class TensorMatch:
     """``TensorGuards`` for tensors that may repeat (it refuses a tensor passed twice): made from ``tensors``
-    (:func:`describable` ones),
-    :meth:`holds` for tensors of the same type, dispatch keys, dtype, device, sizes, strides and ``requires_grad``,
-    with the same object wherever ``tensors`` repeated one."""
+    (:func:`describable` ones), :meth:`holds` for tensors of the same type, dispatch keys, dtype, device, sizes,
+    strides and ``requires_grad``, with the same object wherever ``tensors`` repeated one."""
 
     __slots__ = ("guards", "once", "repeated")
 

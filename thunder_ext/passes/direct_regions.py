@@ -148,7 +148,7 @@ class DirectRegion:
         writes, outputs = _writes(graph), _outputs(graph)
         if outputs is None:
             return self._to_dynamo("an output is not a tensor")
-        if writes and storage_pattern(args) != _identity_sharing(args):
+        if writes and not all(args[i] is args[first] for i, first in enumerate(storage_pattern(args))):
             return self._to_dynamo("two arguments share storage and the region writes")
         from torch._inductor.compile_fx import compile_fx
 
@@ -165,12 +165,6 @@ class DirectRegion:
         self.dynamo_reason, self._compiled = reason, None
         _log.debug("fusion region %s goes to torch.compile: %s", getattr(self._fn, "__name__", self._fn), reason)
         return None
-
-
-def _identity_sharing(args: Sequence[torch.Tensor]) -> tuple[int, ...]:
-    """:func:`storage_pattern` where only the same tensor passed twice shares storage."""
-    first: dict[int, int] = {}
-    return tuple(first.setdefault(id(a), i) for i, a in enumerate(args))
 
 
 def _unsupported(args: tuple[Any, ...]) -> str | None:
