@@ -85,7 +85,15 @@ def training_step(jit: Jit, device: str) -> Callable[[int], torch.Tensor]:
         sched.step()
         return loss.detach()
 
+    step.jitted = {"fwd": fwd, "update": jupdate}  # type: ignore[attr-defined]
     return step
+
+
+def compilations(step: Callable[[int], Any]) -> str:
+    """How often Thunder compiled each jitted function of ``step`` (``—`` for compilers that are not Thunder's)."""
+    counts = {name: thunder.cache_misses(fn) for name, fn in step.jitted.items()  # type: ignore[attr-defined]
+              if isinstance(fn, thunder.ThunderModule) or hasattr(fn, "_lc_cd")}
+    return ", ".join(f"{name} {n}" for name, n in counts.items()) or "—"
 
 
 def compile_and_check(name: str, args: argparse.Namespace) -> tuple[dict[str, Any], Callable[[int], Any] | None]:
@@ -96,7 +104,9 @@ def compile_and_check(name: str, args: argparse.Namespace) -> tuple[dict[str, An
     step = training_step(COMPILERS[name], args.device)
     try:
         first, first_s = time_call(step, (0,), args.device)
+        print(f"    first step {fmt_seconds(first_s)}", file=sys.stderr, flush=True)
         second, second_s = time_call(step, (1,), args.device)
+        print(f"    second step {fmt_seconds(second_s)}", file=sys.stderr, flush=True)
         losses = [first, second] + [step(i) for i in range(2, CHECKED_STEPS)]
     except Exception as error:  # noqa: BLE001 - a failing compiler is a result of the benchmark
         return {"compiler": name, "error": describe_error(error)}, None
@@ -111,7 +121,7 @@ def report(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
     table = []
     for r in rows:
         if "error" in r:
-            table.append([r["compiler"], "—", "—", "—", "—", "—", r["error"]])
+            table.append([r["compiler"], "—", "—", "—", "—", "—", "—", r["error"]])
             continue
         median = r["timing"].median_s
         same = torch.allclose(torch.tensor(r["losses"]), torch.tensor(eager["losses"]), rtol=1e-4, atol=1e-5)
@@ -119,9 +129,9 @@ def report(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
                       f"{fmt_seconds(median)} (±{r['timing'].spread:.0%})",
                       f"{median / eager['timing'].median_s:.2f}×",
                       f"{median / compiled['timing'].median_s:.2f}×" if compiled else "—",
-                      "yes" if same else "NO"])
+                      r.get("compilations", "—"), "yes" if same else "NO"])
     headers = ["compiler", "first step", "second step", "median step (IQR)", "vs eager", "vs torch.compile",
-               f"{CHECKED_STEPS} losses = eager"]
+               "Thunder compilations", f"{CHECKED_STEPS} losses = eager"]
     return (f"# Whole training step: small litgpt GPT, AdamW + clipping + cosine schedule\n\n"
             f"`python benchmarks/training_step.py{where}` — {env.get('gpu', 'CPU')}, {env['torch_threads']} torch "
             f"thread(s), torch "
@@ -157,6 +167,7 @@ def main() -> None:
     for row in rows:
         if row["compiler"] in timings:
             row["timing"] = timings[row["compiler"]]
+            row["compilations"] = compilations(steps[row["compiler"]])  # after timing: none may have been added
     markdown = report(rows, env)
     name = "training_step" if args.device == "cpu" else f"training_step_{args.device}"
     write_results(name, {"environment": env, "args": vars(args), "rows": rows}, markdown)

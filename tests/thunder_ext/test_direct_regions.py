@@ -187,16 +187,17 @@ def _closure(fn, depth=0):
     return held
 
 
-def test_jitted_in_place_module_with_grad_runs_its_regions_direct_on_cache_hits():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_jitted_in_place_module_with_grad_runs_its_regions_direct_on_cache_hits(device):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Tanh())
-    eager = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Tanh())
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Tanh()).to(device)
+    eager = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Tanh()).to(device)
     eager.load_state_dict(model.state_dict())
     jmodel = thunder_ext.jit(model, executors=["torchcompile"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for step in range(3):
-            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(step))
+            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(step)).to(device)
             out, expected = jmodel(x), eager(x)
             torch.testing.assert_close(out, expected)
             out.sum().backward()
