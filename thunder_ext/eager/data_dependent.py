@@ -65,6 +65,7 @@ from ..declare.adapter import adapt_bsyms
 from ..declare.declarations import ASSERT
 from ..declare.opaque_torch import check_operator, executor
 from ..host.names import PROXIED_VALUES, SIGINFO
+from .unknown_numbers import extreme_values
 
 __all__ = ["DataDependentBranchError", "Decision", "SAME_DECISION", "deciding", "deciding_bool", "decided", "guards",
            "lookasides", "executable", "is_data_dependent"]
@@ -289,8 +290,8 @@ def _decided_extreme(fallback: Callable[..., Any], replaces: Callable[[Any, Any]
     replaced when ``replaces(value, best)`` — each comparison decided on the call's values (C code compares, so
     the interpreter's ``bool`` never sees it); ``fallback`` without tensors."""
     def extreme(*args: Any, **kwargs: Any) -> Any:
-        values = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
-        if kwargs or len(values) < 2 or not any(isinstance(v, TensorProxy) for v in values):
+        values = extreme_values(args, kwargs)
+        if values is None or not any(isinstance(v, TensorProxy) for v in values):
             return fallback(*args, **kwargs)
         best = values[0]
         for value in values[1:]:
