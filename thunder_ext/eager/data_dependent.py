@@ -27,7 +27,9 @@ clone would hide the write).
 
 ``max``/``min`` with a tensor among their values compare in C, past the interpreter's ``bool``: their lookasides
 make the builtin's choice with each comparison decided the same way (``torch.optim.ASGD``'s ``max(1, step - t0)``);
-without tensors they defer to :mod:`thunder_ext.eager.unknown_numbers` (run-time numbers, no guard needed).
+without tensors they defer to the functions :func:`lookasides` is given (:mod:`thunder_ext.compilation` gives
+:func:`thunder_ext.dynamic_numbers.extremes` in front of :data:`thunder_ext.eager.unknown_numbers.EXTREMES`: numbers
+computed at run time, no guard needed).
 
 Cost on every call of a compilation with such a branch: one run of each slice (scalar arithmetic on the step for
 RAdam: ~0.4 ms per slice on the 2-core CI machine, one slice per parameter and branch; for GradScaler the unscale

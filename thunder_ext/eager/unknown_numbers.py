@@ -23,8 +23,9 @@ numbers as 0-dim tensors (``int64`` when all are ``int``, else ``float64``, the 
 ``torch.maximum``/``torch.minimum``, ``Tensor.item()``. The result equals eager's (its type is the common one: an
 ``int`` that wins against a ``float`` comes back as that ``float``; a NaN argument wins, where the builtins return
 whichever comparison puts first). Adafactor's step size ``max(eps2, p.norm(2).item() / ...) * min(lr, ...)``
-traces this way. Which calls the lookasides take over is :func:`extreme_values` (shared with the tensors' path,
-:mod:`thunder_ext.eager.data_dependent`).
+traces this way. Which calls the lookasides take over is :func:`extreme_values` (shared with the other
+``max``/``min`` paths: tensors, :mod:`thunder_ext.eager.data_dependent`; dynamic numbers, whose values are known,
+:func:`thunder_ext.dynamic_numbers.extremes`, in front of :data:`EXTREMES`).
 """
 
 from __future__ import annotations
@@ -115,4 +116,5 @@ def _extreme(builtin: Callable[..., Any], tensor_op: Callable[..., Any]) -> Call
 EXTREMES: dict[Any, Callable[..., Any]] = {builtins.max: _extreme(builtins.max, ltorch.maximum),
                                            builtins.min: _extreme(builtins.min, ltorch.minimum)}
 """``max``/``min`` of run-time numbers, by builtin: what the interpreter's lookasides for them do when no value is a
-tensor (:func:`thunder_ext.eager.data_dependent.lookasides` decides those)."""
+tensor (:func:`thunder_ext.eager.data_dependent.lookasides` decides those) nor a dynamic number
+(:func:`thunder_ext.dynamic_numbers.extremes` computes those at run time); the builtin for every other call."""
