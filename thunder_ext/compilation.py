@@ -15,7 +15,8 @@ step  Thunder's point                             what thunder-effects does ther
 2     ``thunder_general_jit``: the interpreter    :func:`acquire` (a recompilation's reason recorded first,
                                                   :mod:`thunder_ext.recompiles`, and the numbers that changed made
                                                   dynamic: :mod:`thunder_ext.dynamic_numbers`, ``proxify``, every
-                                                  conversion of one recorded); the interpreter answers Python
+                                                  conversion of one recorded, its ``max``/``min`` computed at run
+                                                  time); the interpreter answers Python
                                                   state as eager (:func:`interpreter_tables`: lookasides, ``Tensor``
                                                   methods and properties; ``interpreter.wrap``), objects made by
                                                   any ``__new__`` the call's (``is_created_during_tracing``),
@@ -204,7 +205,8 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]],
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
              | mapping_views.lookasides()
              | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
-             | tensor_hooks.lookasides() | data_dependent.lookasides(lookaside_map, unknown_numbers.EXTREMES)
+             | tensor_hooks.lookasides() | data_dependent.lookasides(
+                 lookaside_map, dynamic_numbers.extremes(unknown_numbers.EXTREMES))
              | custom_getattribute.lookasides(lookaside_map) | reductions.lookasides())
     added[bool] = dynamic_numbers.deciding(added[bool])
     added |= python_dtypes.lookasides(lookaside_map | added)  # in front of the entries above (out=, *_like)
@@ -218,9 +220,10 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]],
 
 
 def gradient_tables() -> tuple[Mapping[Any, Any], Mapping[Any, Callable[[Any], Any]]]:
-    """Step 6: gradient rules Thunder lacks or joins wrongly, and those of the functional opaque torch calls (new
-    grad-table entries by symbol id), and fixes of its backward rules (symbol id -> fix of Thunder's rule)."""
-    return {**GRAD_FIXES, **opaque_grad.RULES}, BACKWARD_FIXES
+    """Step 6: gradient rules Thunder lacks or joins wrongly, and those of the functional opaque torch calls and of
+    ``max``/``min`` of dynamic numbers (new grad-table entries by symbol id), and fixes of its backward rules (symbol
+    id -> fix of Thunder's rule)."""
+    return {**GRAD_FIXES, **opaque_grad.RULES, **dynamic_numbers.GRAD_RULES}, BACKWARD_FIXES
 
 
 def acquire(original: Callable[..., Any], fn: Any, args: Any, kwargs: Any, /, *, sharp_edges: Any,

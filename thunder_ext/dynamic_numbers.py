@@ -25,31 +25,45 @@ trace yet. This module does what torch.compile's *automatic dynamic* does, for n
    record). :mod:`thunder_ext.number_guards` turns each recorded value into a prologue check that computes it again
    from the call's numbers (``-lr != 1`` holds for every learning rate: one entry serves them all); a value whose
    computation is not known makes the acquisition fail over to 4.
+   ``max``/``min`` of dynamic numbers convert nothing (:func:`extremes`): the builtin would compare and turn the
+   comparison into a ``bool`` — a guard, and a recompilation each time it flips (Hugging Face's sliding-window
+   ``StaticCache``: ``max(cumulative_length - window + 1, 0)``, once decoding reaches the window); instead the
+   extreme is an operation of the trace (:data:`EXTREME_OPERATORS`, the builtin at run time: eager's value and type,
+   first extreme and NaN included), noted as a :class:`NumberOp`, so a later decision on it is guarded as any other.
+   Numbers of one type only: with an ``int`` and a ``float`` the builtin returns either by the comparison, a type
+   the trace cannot carry, and the comparison stays decided and guarded.
 4. **Fallback**: a dynamic acquisition that raises is retried with constant numbers, and the function keeps constant
    numbers from then on (:func:`refusal` says why).
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from effects import PURE
+
 import thunder.core.prims as prims
 from thunder.core.compile_data import using_symbolic_values
 from thunder.core.interpreter import PseudoInst, ProvenanceRecord, unwrap, wrap_const
-from thunder.core.proxies import NumberProxy, proxy
+from thunder.core.proxies import NumberProxy, numberproxy, proxy
+from thunder.core.symbol import Symbol
 from thunder.core.trace import TraceResults
+from thunder.core.utils import resolve_constraints
 
+from .declare.opaque_torch import executor
 from .eager.data_dependent import is_data_dependent
+from .eager.unknown_numbers import extreme_values
 from .host.names import COMPILE_DATA_CTX
 
 __all__ = ["OPTION", "NumberOp", "provenance_key", "provenance_path", "makes_dynamic", "note_changes",
            "dynamic_paths", "acquire", "refusal", "describe", "dynamic", "recorded", "proxify", "converting",
-           "deciding", "in_shapes", "binary_op", "unary_op", "pyval"]
+           "deciding", "in_shapes", "binary_op", "unary_op", "pyval", "EXTREME_OPERATORS", "GRAD_RULES", "extremes"]
 
 OPTION = "thunder_effects_dynamic_numbers"
 """The compile option :func:`thunder_ext.jit` passes ``dynamic_numbers`` in (``False``: never)."""
@@ -289,3 +303,59 @@ def pyval(original: Callable[[Any], Any], x: Any) -> Any:
     value = original(x)
     _record(x, value)
     return value
+
+
+# --- max and min --------------------------------------------------------------------------------------------------
+def _extreme_operator(builtin: Callable[..., Any]) -> Symbol:
+    """The run-time ``builtin`` (``max``/``min``) of two or more numbers as a pure operator of the trace: its meta
+    makes the number proxy of the builtin's value (of the winner's type), its implementation is the builtin."""
+    def meta(*numbers: Any) -> NumberProxy:
+        value = builtin(*(n.value if isinstance(n, NumberProxy) else n for n in numbers))
+        return numberproxy(type(value), value, constraint=resolve_constraints(*numbers))
+
+    return executor.register_operator(f"thunder_effects_{builtin.__name__}", meta=meta, fn=builtin, effects=PURE)
+
+
+EXTREME_OPERATORS: dict[Any, Symbol] = {builtins.max: _extreme_operator(builtins.max),
+                                        builtins.min: _extreme_operator(builtins.min)}
+"""``max``/``min`` (by builtin) of numbers computed at run time: ``thunder_effects_max(sub(n, 3), 0)``."""
+
+GRAD_RULES: dict[Any, Callable[..., Any]] = {op.id: op for op in EXTREME_OPERATORS.values()}
+"""Symbol id -> the gradient rule of each :data:`EXTREME_OPERATORS` (Thunder would differentiate a ``float``
+operand): the operator alone, no gradient put — its operands are Python numbers, which eager does not
+differentiate (a number computed from ``item`` never reaches it)."""
+
+
+def _computes_extreme(values: Sequence[Any]) -> bool:
+    """Whether :func:`extremes` computes the extreme of ``values`` at run time: in a dynamic acquisition, one is a
+    number proxy made of the call's dynamic numbers or sizes (a known value, not a constant, not computed from
+    ``item``) and all are numbers of one type, ``int`` or ``float`` — the builtin returns the first extreme value
+    itself, so with an ``int`` and a ``float`` its type depends on the comparison, which a trace cannot carry."""
+    if _records.get() is None:
+        return False
+    proxies = [v for v in values if isinstance(v, NumberProxy)]
+    kinds = {v.python_type if isinstance(v, NumberProxy) else type(v) for v in values}
+    return (len(kinds) == 1 and kinds <= {int, float}
+            and any(not p.is_static_constrained() for p in proxies)
+            and not any(p.value is None or is_data_dependent(p) for p in proxies))
+
+
+def extremes(fallbacks: Mapping[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """``max``/``min`` (the keys of ``fallbacks``, builtins) of dynamic numbers computed at run time: the
+    :data:`EXTREME_OPERATORS` recorded in the trace and their result noted as a :class:`NumberOp` (so a later
+    decision on it is guarded by recomputing it, :mod:`thunder_ext.number_guards`) — no comparison converted to a
+    Python ``bool``, so no guard on it and no recompilation when it flips; the function of ``fallbacks`` for any
+    other call (run-time numbers from ``item``, mixed ``int`` and ``float``, ``key=``)."""
+    def symbolic(builtin: Callable[..., Any], fallback: Callable[..., Any]) -> Callable[..., Any]:
+        def extreme(*args: Any, **kwargs: Any) -> Any:
+            values = extreme_values(args, kwargs)
+            if values is None or not _computes_extreme(values):
+                return fallback(*args, **kwargs)
+            out = EXTREME_OPERATORS[builtin](*values)
+            _note_op(out, builtin.__name__, builtin, tuple(values))
+            return out
+
+        extreme.__name__ = extreme.__qualname__ = builtin.__name__
+        return extreme
+
+    return {builtin: symbolic(builtin, fallback) for builtin, fallback in fallbacks.items()}

@@ -8,8 +8,9 @@ the trace holds for the calls that give the same value only. :func:`constrain` r
 call's numbers — its *slice*, which is
 
 * the number operations the tracing ran on number proxies (:class:`thunder_ext.dynamic_numbers.NumberOp`, noted at
-  every ``NumberProxy`` operator, also inside Thunder's metas, which the trace does not record), evaluated with
-  Python's operators as eager would; or else
+  every ``NumberProxy`` operator, also inside Thunder's metas, which the trace does not record, and at ``max``/``min``
+  of dynamic numbers), evaluated with Python's operators and builtins as eager would (``gt(max(n, 2), 5)``); or
+  else
 * the number operations of the trace (every level: a meta's comparisons are subsymbols), run as a small trace;
 
 run in the prologue on the call's numbers (``ne(neg(lr), 1)`` holds for every learning rate: one cache entry serves

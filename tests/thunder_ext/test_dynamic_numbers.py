@@ -68,6 +68,94 @@ def test_a_branch_on_a_dynamic_number_is_guarded_by_its_decision():
     assert last.kind is GuardKind.NUMBER and last.path == "gt(n, 2)" and (last.old, last.new) == (True, False)
 
 
+def _clamped_max(x, n):
+    m = max(n - 3, 0)
+    return x * m, m
+
+
+def _clamped_min(x, n):
+    m = min(3 - n, 0)
+    return x * m, m
+
+
+def _max_of_a_list(x, n):
+    m = max([n - 3, 0, 1 - n])
+    return x * m, m
+
+
+def _min_of_a_float_tuple(x, f):
+    m = min((f - 3.0, 0.0, -1.0 - f))
+    return x * m, m
+
+
+def _checked_calls(jfn, fn, args_list):
+    """Each call equals eager's, the extreme's type too (``x`` is an ``int64`` tensor: an ``int`` keeps it one)."""
+    for args in args_list:
+        (got, got_m), (expected, expected_m) = jfn(*args), fn(*args)
+        torch.testing.assert_close(got, expected)
+        assert got_m == expected_m and type(got_m) is type(expected_m)
+
+
+@pytest.mark.parametrize(("fn", "values", "executors"), [
+    (_clamped_max, (5, 6, 2, 1, 7, 3), None), (_clamped_max, (5, 6, 2, 1, 7, 3), ["torchcompile"]),
+    (_clamped_min, (5, 6, 2, 1, 7, 3), None), (_max_of_a_list, (5, 6, 2, 1, -4, 0), None),
+    (_min_of_a_float_tuple, (5.0, 6.0, 1.5, -0.5, -3.0, 2.0), None)],
+    ids=["max", "max-torchcompile", "min", "list", "float tuple"])
+def test_max_and_min_of_dynamic_numbers_are_computed_at_run_time(fn, values, executors):
+    """``max``/``min`` of a dynamic number is an operation of the trace, not a comparison decided while tracing:
+    the call that flips the comparison (the third) and every later one hit the second compilation's entry, and its
+    prologue checks no value made of ``n``."""
+    f = thunder_ext.jit(fn, executors=executors)
+    _checked_calls(f, fn, [(torch.arange(4), n) for n in values])
+    assert thunder.cache_misses(f) == 2
+    trace = str(thunder.last_traces(f)[-1])
+    assert "thunder_effects_max(" in trace or "thunder_effects_min(" in trace
+    assert "same_number" not in str(thunder.last_prologue_traces(f)[-1])
+
+
+def _mixed_max(x, n):
+    m = max(n - 3, 0.5)
+    return x * m, m
+
+
+def test_max_of_an_int_and_a_float_is_guarded():
+    """The builtin returns the winner itself, an ``int`` or a ``float`` by the comparison — a type the trace cannot
+    carry: the comparison is decided while tracing and guarded, the flip compiles once more."""
+    f = thunder_ext.jit(_mixed_max)
+    _checked_calls(f, _mixed_max, [(torch.arange(4), n) for n in (5, 6, 2, 1, 7, 3)])
+    assert thunder.cache_misses(f) == 3
+    assert thunder_ext.explain_recompiles(f)[-1].path == "lt(sub(n, 3), 0.5)"
+
+
+def _branch_on_max(x, n):
+    if max(n, 2) > 5:
+        return x * n
+    return x - n
+
+
+def test_a_branch_on_a_max_is_guarded_by_recomputing_it():
+    """``max(n, 2) > 5`` is recomputed from each call's ``n`` in the prologue (the max as eager's builtin): 7 and 9
+    share the entry of 6, 1 takes the other branch, 3 and 0 share its entry."""
+    f = thunder_ext.jit(_branch_on_max)
+    x = torch.randn(3)
+    _calls(f, _branch_on_max, [(x, n) for n in (6, 7, 1, 3, 9, 0)])
+    assert thunder.cache_misses(f) == 3
+    last = thunder_ext.explain_recompiles(f)[-1]
+    assert last.path == "gt(max(n, 2), 5)" and (last.old, last.new) == (True, False)
+
+
+def _sliced_by_max(x, n):
+    return x[:max(n - 3, 1)]
+
+
+def test_a_max_the_trace_makes_a_python_int_of_is_pinned():
+    """A slice bound: one entry per length (2, 3, then 1 for both 2 and 1, then 4), each right."""
+    f = thunder_ext.jit(_sliced_by_max)
+    x = torch.randn(8)
+    _calls(f, _sliced_by_max, [(x, n) for n in (5, 6, 2, 1, 7)])
+    assert thunder.cache_misses(f) == 4
+
+
 def _shaped(x, n):
     return x[:n] * n, torch.zeros(n) + n
 
@@ -108,6 +196,19 @@ def test_gradients_flow_through_a_dynamic_number():
 
     f = thunder_ext.jit(loss)
     for scale in (0.5, 1.5, 3.0):
+        w1, w2 = (torch.randn(3, generator=torch.Generator().manual_seed(1), requires_grad=True) for _ in range(2))
+        f(w1, scale).backward()
+        loss(w2, scale).backward()
+        torch.testing.assert_close(w1.grad, w2.grad)
+    assert thunder.cache_misses(f) == 2
+
+
+def test_gradients_flow_through_a_max_of_a_dynamic_number():
+    def loss(w, scale):
+        return (w * max(scale - 1.0, 0.0)).pow(2).sum()
+
+    f = thunder_ext.jit(loss)
+    for scale in (2.0, 3.0, 0.5):
         w1, w2 = (torch.randn(3, generator=torch.Generator().manual_seed(1), requires_grad=True) for _ in range(2))
         f(w1, scale).backward()
         loss(w2, scale).backward()

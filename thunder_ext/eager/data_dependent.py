@@ -27,7 +27,9 @@ clone would hide the write).
 
 ``max``/``min`` with a tensor among their values compare in C, past the interpreter's ``bool``: their lookasides
 make the builtin's choice with each comparison decided the same way (``torch.optim.ASGD``'s ``max(1, step - t0)``);
-without tensors they defer to :mod:`thunder_ext.eager.unknown_numbers` (run-time numbers, no guard needed).
+without tensors they defer to the functions :func:`lookasides` is given (:mod:`thunder_ext.compilation` gives
+:func:`thunder_ext.dynamic_numbers.extremes` in front of :data:`thunder_ext.eager.unknown_numbers.EXTREMES`: numbers
+computed at run time, no guard needed).
 
 Cost on every call of a compilation with such a branch: one run of each slice (scalar arithmetic on the step for
 RAdam: ~0.4 ms per slice on the 2-core CI machine, one slice per parameter and branch; for GradScaler the unscale
@@ -65,6 +67,7 @@ from ..declare.adapter import adapt_bsyms
 from ..declare.declarations import ASSERT
 from ..declare.opaque_torch import check_operator, executor
 from ..host.names import PROXIED_VALUES, SIGINFO
+from .unknown_numbers import extreme_values
 
 __all__ = ["DataDependentBranchError", "Decision", "SAME_DECISION", "deciding", "deciding_bool", "decided", "guards",
            "lookasides", "executable", "is_data_dependent"]
@@ -289,8 +292,8 @@ def _decided_extreme(fallback: Callable[..., Any], replaces: Callable[[Any, Any]
     replaced when ``replaces(value, best)`` — each comparison decided on the call's values (C code compares, so
     the interpreter's ``bool`` never sees it); ``fallback`` without tensors."""
     def extreme(*args: Any, **kwargs: Any) -> Any:
-        values = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
-        if kwargs or len(values) < 2 or not any(isinstance(v, TensorProxy) for v in values):
+        values = extreme_values(args, kwargs)
+        if values is None or not any(isinstance(v, TensorProxy) for v in values):
             return fallback(*args, **kwargs)
         best = values[0]
         for value in values[1:]:

@@ -23,14 +23,16 @@ numbers as 0-dim tensors (``int64`` when all are ``int``, else ``float64``, the 
 ``torch.maximum``/``torch.minimum``, ``Tensor.item()``. The result equals eager's (its type is the common one: an
 ``int`` that wins against a ``float`` comes back as that ``float``; a NaN argument wins, where the builtins return
 whichever comparison puts first). Adafactor's step size ``max(eps2, p.norm(2).item() / ...) * min(lr, ...)``
-traces this way.
+traces this way. Which calls the lookasides take over is :func:`extreme_values` (shared with the other
+``max``/``min`` paths: tensors, :mod:`thunder_ext.eager.data_dependent`; dynamic numbers, whose values are known,
+:func:`thunder_ext.dynamic_numbers.extremes`, in front of :data:`EXTREMES`).
 """
 
 from __future__ import annotations
 
 import builtins
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -40,7 +42,7 @@ from thunder.core import prims
 from thunder.core.proxies import IntegerProxy, NumberProxy
 from thunder.core.trace import get_tracectx
 
-__all__ = ["UnknownNumberError", "STAND_INS", "checked_bool", "EXTREMES"]
+__all__ = ["UnknownNumberError", "STAND_INS", "checked_bool", "extreme_values", "EXTREMES"]
 
 
 class UnknownNumberError(NotImplementedError):
@@ -89,10 +91,18 @@ STAND_INS: dict[str, tuple[Any, Callable[..., Any]]] = {
 ``__bool__`` is :data:`checked_bool` behind a decision (:mod:`thunder_ext.compilation`)."""
 
 
+def extreme_values(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Sequence[Any] | None:
+    """The values a ``max``/``min`` call compares, where the lookasides may choose among them without the builtin:
+    two or more arguments, or one list or tuple of two or more; ``None`` for the other forms (``key=``,
+    ``default=``, one value, any other iterable), which the builtin answers."""
+    values = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
+    return None if kwargs or len(values) < 2 else values
+
+
 def _extreme(builtin: Callable[..., Any], tensor_op: Callable[..., Any]) -> Callable[..., Any]:
     def extreme(*args: Any, **kwargs: Any) -> Any:
-        values = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
-        if kwargs or len(values) < 2 or not any(isinstance(v, NumberProxy) and v.value is None for v in values):
+        values = extreme_values(args, kwargs)
+        if values is None or not any(isinstance(v, NumberProxy) and v.value is None for v in values):
             return builtin(*args, **kwargs)
         kinds = {v.python_type if isinstance(v, NumberProxy) else type(v) for v in values}
         dtype = torch.int64 if kinds <= {int, bool} else torch.float64
@@ -106,4 +116,5 @@ def _extreme(builtin: Callable[..., Any], tensor_op: Callable[..., Any]) -> Call
 EXTREMES: dict[Any, Callable[..., Any]] = {builtins.max: _extreme(builtins.max, ltorch.maximum),
                                            builtins.min: _extreme(builtins.min, ltorch.minimum)}
 """``max``/``min`` of run-time numbers, by builtin: what the interpreter's lookasides for them do when no value is a
-tensor (:func:`thunder_ext.eager.data_dependent.lookasides` decides those)."""
+tensor (:func:`thunder_ext.eager.data_dependent.lookasides` decides those) nor a dynamic number
+(:func:`thunder_ext.dynamic_numbers.extremes` computes those at run time); the builtin for every other call."""
