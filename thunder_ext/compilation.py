@@ -92,7 +92,7 @@ from .passes.inplace_kernels import Reinplace
 from .passes.trace_verification import EffectVerification, verify_jitted
 from . import dynamic_numbers, dynamic_shapes, number_guards, recompiles
 from .python_state import (arguments, custom_getattribute, dict_state, interpreter_state, list_state, mapping_views,
-                           module_state, object_state, rebinding, reductions, referents, state_epilogue,
+                           module_state, named_members, object_state, rebinding, reductions, referents, state_epilogue,
                            tensor_attributes, tensor_hooks)
 
 __all__ = ["STAND_INS", "MODULE_ATTRIBUTES", "AFTER_ACQUISITION", "acquire", "InterpreterTables",
@@ -203,7 +203,7 @@ def interpreter_tables(lookaside_map: dict[Any, Callable[..., Any]],
     added = (opaque_torch.lookasides() | interpreter_state.lookasides() | seeding.lookasides()
              | overloads.lookasides(lookaside_map) | rebinding.lookasides(object_setattr) | batch_norm.lookasides()
              | profiler.lookasides() | optimizers.lookasides() | dict_state.lookasides(lookaside_map)
-             | mapping_views.lookasides()
+             | mapping_views.lookasides() | named_members.lookasides()
              | module_state.lookasides() | referents.lookasides() | list_state.lookasides()
              | tensor_hooks.lookasides() | data_dependent.lookasides(
                  lookaside_map, dynamic_numbers.extremes(unknown_numbers.EXTREMES))
