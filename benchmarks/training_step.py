@@ -1,6 +1,6 @@
 """Per-step time of a whole training step of a small GPT, eager beside the compilers, in one run.
 
-    python benchmarks/training_step.py [--rounds 5] [--runs 10] [--warmup 3] [--threads 1] [--device cuda]
+    python benchmarks/training_step.py [--rounds 5] [--runs 10] [--warmup 3] [--threads 1] [--device cuda] [--phases]
 
 The step a user writes: a litgpt ``GPT`` (2 layers, ``n_embd`` 64, vocab 256, block 32), ``AdamW`` with weight decay
 and a tensor lr (so a changing lr is an input, not a recompilation — what torch.compile recommends), a cosine
@@ -16,6 +16,8 @@ and the second (``update`` compiles again once the optimizer state exists), whet
 eager's, and — once every compiler has compiled — the median step after ``--warmup`` steps, timed in turns
 (``--rounds`` rounds of ``--runs`` steps of each compiler, so that a shared machine's drift weighs on all alike) and
 its ratios to eager and to torch.compile.
+With ``--phases``, the forward (with the loss), the backward and the update are then timed apart as well, in the same
+turns, the device synchronised around each: where each compiler's step time goes.
 A compiler that fails records its error. Writes ``benchmarks/results/training_step.{json,md}`` (on a CUDA device:
 ``training_step_cuda.{json,md}``).
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import warnings
 from collections.abc import Callable
@@ -40,6 +43,8 @@ from common import (describe_error, environment, fmt_seconds, interleaved_times,
                     time_call, write_results)
 
 VOCAB = 256
+PHASES = ("forward", "backward", "update")
+"""The parts of a step timed apart with ``--phases``: forward with the loss, ``loss.backward()``, the jitted update."""
 Jit = Callable[[Callable[..., Any]], Callable[..., Any]]
 CHECKED_STEPS = 5
 
@@ -76,17 +81,40 @@ def training_step(jit: Jit, device: str) -> Callable[[int], torch.Tensor]:
         opt.zero_grad()
 
     fwd, jupdate = jit(model), jit(update)
+    phases: dict[str, list[float]] = {name: [] for name in PHASES}
+
+    def phase(name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        if not step.timing_phases:  # type: ignore[attr-defined]
+            return fn(*args)
+        out, seconds = time_call(fn, args, device)
+        phases[name].append(seconds)
+        return out
 
     def step(i: int) -> torch.Tensor:
         idx, targets = batch(i, device)
-        loss = nn.functional.cross_entropy(fwd(idx).reshape(-1, VOCAB), targets.reshape(-1))
-        loss.backward()
-        jupdate()
+        loss = phase("forward", lambda: nn.functional.cross_entropy(fwd(idx).reshape(-1, VOCAB),
+                                                                    targets.reshape(-1)))
+        phase("backward", loss.backward)
+        phase("update", jupdate)
         sched.step()
         return loss.detach()
 
     step.jitted = {"fwd": fwd, "update": jupdate}  # type: ignore[attr-defined]
+    step.timing_phases, step.phases = False, phases  # type: ignore[attr-defined]
     return step
+
+
+def phase_times(steps: dict[str, Callable[[int], Any]], args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Median seconds of each phase of each compiler's step (the device synchronised around each), timed in turns
+    as the whole step is: where a compiler's step time goes."""
+    for step in steps.values():
+        step.timing_phases = True  # type: ignore[attr-defined]
+    for _ in range(args.rounds):
+        for step in steps.values():
+            for i in range(args.runs):
+                step(CHECKED_STEPS + i)
+    return {name: {p: statistics.median(t) for p, t in step.phases.items()}  # type: ignore[attr-defined]
+            for name, step in steps.items()}
 
 
 def compilations(step: Callable[[int], Any]) -> str:
@@ -142,6 +170,16 @@ def report(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
             f"({eager['timing'].runs} steps each, in rounds).\n\n" + markdown_table(headers, table) + "\n")
 
 
+def phases_report(times: dict[str, dict[str, float]]) -> str:
+    """The ``--phases`` table: each phase's median per compiler, and its ratio to torch.compile's."""
+    base = times.get("torch.compile")
+    table = [[name] + [fmt_seconds(t[p]) + (f" ({t[p] / base[p]:.2f}×)" if base else "") for p in PHASES]
+             for name, t in times.items()]
+    return ("\n## Where the step's time goes (`--phases`)\n\nEach phase timed apart, the device synchronised "
+            "around it, median of the same rounds (ratio to torch.compile's phase):\n\n"
+            + markdown_table(["compiler", *PHASES], table) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds of timing, every compiler in turn")
@@ -150,6 +188,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--only", nargs="*", choices=list(COMPILERS), default=list(COMPILERS))
+    parser.add_argument("--phases", action="store_true", help="also time forward, backward and update apart")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(args.threads)
@@ -169,8 +208,11 @@ def main() -> None:
             row["timing"] = timings[row["compiler"]]
             row["compilations"] = compilations(steps[row["compiler"]])  # after timing: none may have been added
     markdown = report(rows, env)
+    phases = phase_times(steps, args) if args.phases else {}
+    if phases:
+        markdown += phases_report(phases)
     name = "training_step" if args.device == "cpu" else f"training_step_{args.device}"
-    write_results(name, {"environment": env, "args": vars(args), "rows": rows}, markdown)
+    write_results(name, {"environment": env, "args": vars(args), "rows": rows, "phases_s": phases}, markdown)
     print(markdown)
 
 
