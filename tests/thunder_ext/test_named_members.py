@@ -127,3 +127,13 @@ def test_the_order_does_not_depend_on_the_string_hash():
     env = {**os.environ, "PYTHONHASHSEED": "0"}  # the in-process cases run under whatever hash this process has
     out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "True", out.stdout + out.stderr
+
+
+def test_thunder_still_looks_these_methods_aside_and_ours_replace_its_entries():
+    """If Thunder drops (or renames) its lookasides for these, this says so: ours would then be new entries."""
+    from thunder.core.jit_ext import _general_jit_lookaside_map
+
+    from thunder_ext.python_state import named_members
+
+    assert set(named_members.lookasides()) == {torch.nn.Module.named_parameters, torch.nn.Module.named_buffers}
+    assert set(named_members.lookasides()) <= set(_general_jit_lookaside_map)

@@ -82,12 +82,14 @@ EXPECTED_STASHES = (
 
 TORCH_PRIVATE = frozenset({"_C", "_ops", "_schema", "_qualified_op_name", "_jit_resolve_packet",
                            "_len_torch_function_stack", "_len_torch_dispatch_stack", "_GLOBAL_DEVICE_CONTEXT",
-                           "_InferenceMode", "_group_tensors_by_device_and_dtype", "_local_scalar_dense"})
+                           "_InferenceMode", "_group_tensors_by_device_and_dtype", "_local_scalar_dense",
+                           "_modules"})
 """torch's operator API as ``torch.library`` itself uses it (schemas of overloads, overload resolution, the ATen op
 ``item`` lowers to), and what ``torch.get_default_device`` reads (the function-mode stack depth, the global device
 context: ``fast_call.default_device``) and the dispatch-mode stack depth beside it (``direct_regions``' checks), the
 guard ``torch.inference_mode`` enters (``interpreter_state``'s lookaside), and the C grouping ``torch.nn.utils``'
-gradient clipping calls (``optimizers``' lookaside)."""
+gradient clipping calls (``optimizers``' lookaside), and ``nn.Module``'s child table, read in the trace as
+``named_modules`` reads it (``named_members``' walk)."""
 
 PACKAGE = Path(thunder_ext.__file__).resolve().parent
 

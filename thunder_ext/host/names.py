@@ -204,7 +204,8 @@ PROPERTY_TABLE = Private("thunder.torch.langctx", "_property_name_to_fn_map", Ki
 OPCODE_TABLE = Private("thunder.core.interpreter", "_default_opcode_handler_map", Kind.MODULE, ("host/patches",),
                        "the interpreter's opcode handlers; entries replaced where CPython does more")
 LOOKASIDE_TABLE = Private("thunder.core.jit_ext", "_general_jit_lookaside_map", Kind.MODULE, ("host/patches",),
-                          "the interpreter's lookasides; new entries for torch functions without a symbol")
+                          "the interpreter's lookasides; new entries for torch functions without a symbol, "
+                          "replaced ones where Thunder's differ from eager (bool, named_parameters)")
 GRAD_TABLE = Private("thunder.core.transforms", "_grad_fn_map", Kind.MODULE,
                      ("declare/opaque_ops", "eager/grad_fixes", "host/patches", "passes/fusion"),
                      "symbol id -> gradient rule; entries replaced for rules Thunder gets wrong (grad_fixes)")
@@ -222,8 +223,8 @@ INFER_TENSOR_PROPERTIES = Private("thunder.core.proxies", "_infer_tensor_propert
 INTERPRET_CALL = Private("thunder.core.interpreter", "_interpret_call", Kind.MODULE,
                          ("eager/batch_norm", "eager/optimizers", "eager/overloads", "eager/transformers_compat",
                           "python_state/custom_getattribute", "python_state/interpreter_state",
-                          "python_state/list_state", "python_state/mapping_views", "python_state/reductions",
-                          "python_state/tensor_hooks"),
+                          "python_state/list_state", "python_state/mapping_views", "python_state/named_members",
+                          "python_state/reductions", "python_state/tensor_hooks"),
                          "interprets a function from a lookaside (a module forward replaced for some configurations)")
 OBJECT_GETATTRIBUTE = Private("thunder.core.interpreter", "_object_getattribute_lookaside", Kind.MODULE,
                               ("python_state/custom_getattribute",),
