@@ -190,16 +190,16 @@ def test_a_list_index_falls_back_to_constant_numbers():
     assert "IntegerProxy" in dynamic_numbers.refusal(thunder.compile_data(f))
 
 
-def _scaled(w, scale):
+def _squared_loss(w, scale):
     return (w * scale).pow(2).sum() * scale
 
 
-def _scaled_by_a_max(w, scale):
+def _squared_loss_of_a_max(w, scale):
     return (w * max(scale - 1.0, 0.0)).pow(2).sum()
 
 
-@pytest.mark.parametrize("loss, scales", [(_scaled, (0.5, 1.5, 3.0)),
-                                          (_scaled_by_a_max, (2.0, 3.0, 0.5))])  # the max flips at the last
+@pytest.mark.parametrize("loss, scales", [(_squared_loss, (0.5, 1.5, 3.0)),
+                                          (_squared_loss_of_a_max, (2.0, 3.0, 0.5))])  # the max flips at the last
 def test_gradients_flow_through_a_dynamic_number(loss, scales):
     f = thunder_ext.jit(loss)
     for scale in scales:
