@@ -51,7 +51,8 @@ SLOW_ON_TORCH = {"untraceable/batch_norm_cumulative_training", "module_state/nes
 """Torch-executor cells of a few seconds each on two cores (their class keeps cheaper programs in the default run)."""
 
 TORCHCOMPILE_DEFAULT = {"result_type/int_add_float", "overlap/out_partial", "seeding/manual_seed_randn",
-                        "module_state/counter_attribute", "low_precision/bf16_write_then_read",
+                        "module_state/counter_attribute", "module_members/parameters_by_position",
+                        "low_precision/bf16_write_then_read",
                         "untraceable/out_add"}
 """torchcompile cells (dataflow fusion) in the default run: one per class."""
 

@@ -24,6 +24,7 @@ CLASSES: dict[str, str] = {
     "overlap": "partially overlapping operands (`f(x[0:3], x[1:4])` with `a.add_(b)`)",
     "seeding": "seeding the default generator inside the function",
     "module_state": "module attributes rebound in `forward` (`self.count = self.count + 1`)",
+    "module_members": "`self.parameters()`, `named_buffers()` iterated in `forward` (by position, zipped with a list)",
     "low_precision": "bf16/fp16 read after an in-place write (torchcompile regions)",
     "untraceable": "`.data =`, `t_`, `out=`, `scatter_reduce_`, `index_fill_`, `index_add_(alpha=)`, `\\|=` on bool, "
                    "`BatchNorm2d(momentum=None)`",

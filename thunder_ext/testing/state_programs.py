@@ -4,7 +4,9 @@
   generator's state after the call is eager's; refused with a typed error under autograd;
 * ``module_state`` — module attributes and buffers rebound in ``forward`` (``self.count = self.count + 1``, a
   running mean, a growing history, the last activation): later calls and the original module see eager's values,
-  with eager's autograd history.
+  with eager's autograd history;
+* ``module_members`` — a module's own parameters and buffers iterated in ``forward`` (by position, zipped with a
+  list, a weighted penalty under autograd): eager's members in eager's order.
 """
 
 from __future__ import annotations
@@ -199,3 +201,46 @@ class TracksActivation(nn.Module):
 @program("module_state", module=True, grad=True, calls=3, make=same(lambda: randn(2, 3)))
 def activation_and_count_training():
     return TracksActivation()
+
+
+# module_members ----------------------------------------------------------------------------------------------------
+class Layers(nn.Module):
+    """Four layers (eight parameters) and four buffers, whose ``forward`` (:attr:`use`) iterates its own members."""
+
+    def __init__(self, use: str) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.Sequential(*(nn.Linear(3, 3) for _ in range(4)))
+        for i in range(4):
+            self.register_buffer(f"stat{i}", torch.full((3,), float(i)))
+        self.use = use
+
+    def forward(self, x: torch.Tensor) -> Any:
+        if self.use == "positions":
+            return [x * i + p.sum() for i, p in enumerate(self.parameters())]
+        if self.use == "zip":
+            weights = [float(i + 1) for i in range(8)]
+            return sum(p.sum() * w for p, w in zip(self.parameters(), weights, strict=True)) * x
+        if self.use == "buffers":
+            return torch.stack([b * i for i, (_, b) in enumerate(self.named_buffers())]) + x
+        return sum((i + 1) * p.square().sum() for i, p in enumerate(self.parameters())) + self.layers(x).sum()
+
+
+@program("module_members", issue=True, module=True, make=same(lambda: torch.arange(3.0)))
+def parameters_by_position():
+    return Layers("positions")
+
+
+@program("module_members", module=True, make=same(lambda: torch.arange(3.0)))
+def parameters_zipped_with_a_list():
+    return Layers("zip")
+
+
+@program("module_members", module=True, make=same(lambda: torch.arange(3.0)))
+def buffers_by_position():
+    return Layers("buffers")
+
+
+@program("module_members", module=True, grad=True, make=same(lambda: randn(2, 3)))
+def weighted_penalty_training():
+    return Layers("penalty")
