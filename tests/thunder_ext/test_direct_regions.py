@@ -115,13 +115,23 @@ def test_a_writing_region_on_arguments_that_share_storage_is_torch_compiles_from
     assert "share storage" in r.dynamo_reason
 
 
+def triple_first(a, b):
+    """``double_first`` with another graph. With one graph, torch.compile's on-disk cache served its compilation for
+    two views of one 3-element storage to the other test's two views of one 6-element storage (reproduced: that
+    test alone after this one, each in a fresh process, fails in Inductor's ``assert_size_stride``, expected size 6
+    == 3): torch 2.13's cache key lacks the synthetic base's size. A torch bug, loud (never a wrong value); the
+    tests keep apart."""
+    a.mul_(3)
+    return (b + 1,)
+
+
 def test_storage_shared_unlike_when_compiled_is_refused_for_a_writing_region():
-    r = region(double_first)
+    r = region(triple_first)
     r(torch.randn(3), torch.randn(3))
     assert r.direct
     base = torch.randn(3)
     expected_base = base.clone()
-    (expected,) = double_first(expected_base, expected_base.view(3))
+    (expected,) = triple_first(expected_base, expected_base.view(3))
     (out,) = r(base, base.view(3))  # b sees the write, as in eager
     torch.testing.assert_close(out, expected)
     assert "share storage" in r.dynamo_reason
