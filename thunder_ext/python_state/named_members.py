@@ -74,8 +74,9 @@ def _named_members(method: Callable[..., Any], table: str, fetch: str) -> Callab
         members = []
         for name, member in method(module, *call_args, **call_kwargs):
             path = name.removeprefix(f"{prefix}.") if prefix else name
-            *owners, leaf = path.split(".")
-            members.append((name, tuple(owners), leaf, _reaches(module, tuple(owners), table, leaf, member), path))
+            *within, leaf = path.split(".")
+            owners = tuple(within)
+            members.append((name, owners, leaf, _reaches(module, owners, table, leaf, member), path))
         return INTERPRET_CALL.get()(_members, wrapped_module, wrap_const(tuple(members)), wrap_const(table),
                                     wrap_const(fetch))
 
